@@ -1,0 +1,283 @@
+/*
+ * init.c: sbx-init, PID 1 of every run.
+ *
+ * It starts in a fresh PID and mount namespace cloned by the zygote, still
+ * holding the session's namespace capabilities.  It makes the per-run
+ * mounts, forks the workload, then only waits: it reaps every zombie,
+ * forwards signals that come from outside the run (the host), enforces the
+ * timeout (SIGTERM to everything, SIGKILL after the grace period) and, when
+ * the workload exits, kills whatever it left behind and reports the status
+ * to the host.  When PID 1 of a namespace exits the kernel kills the rest,
+ * so nothing outlives the run.
+ *
+ * The workload drops privileges in the order bubblewrap uses: ids, then
+ * no_new_privs and capabilities, fds marked close-on-exec, seccomp last,
+ * right before execve.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* Signals init forwards to the run when they come from outside. */
+static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+
+void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t timed_out,
+		     const char *fmt, ...)
+{
+	struct sbx_status_rec rec;
+	va_list ap;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.type = type;
+	rec.wstatus = wstatus;
+	rec.err_no = err_no;
+	rec.timed_out = timed_out;
+	va_start(ap, fmt);
+	vsnprintf(rec.msg, sizeof(rec.msg), fmt, ap);
+	va_end(ap);
+	/* A record is < PIPE_BUF: the write is atomic or fails whole. */
+	while (write(fd, &rec, sizeof(rec)) < 0 && errno == EINTR)
+		;
+}
+
+/* Find argv[0] along the PATH of the run's own environment (execvpe would
+ * use ours). */
+static void exec_in_path(const char *const *argv, const char *const *envp)
+{
+	const char *path = "/usr/local/bin:/usr/bin:/bin";
+	char buf[PATH_MAX];
+	int saved = ENOENT;
+
+	if (strchr(argv[0], '/')) {
+		execve(argv[0], (char *const *)argv, (char *const *)envp);
+		return;
+	}
+	for (const char *const *e = envp; *e; e++)
+		if (!strncmp(*e, "PATH=", 5))
+			path = *e + 5;
+	while (*path) {
+		const char *end = strchr(path, ':');
+		size_t len = end ? (size_t)(end - path) : strlen(path);
+		if (len > 0 && len + strlen(argv[0]) + 2 < sizeof(buf)) {
+			snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, argv[0]);
+			execve(buf, (char *const *)argv, (char *const *)envp);
+			if (errno != ENOENT && errno != ENOTDIR)
+				saved = errno;
+		}
+		path += len + (end ? 1 : 0);
+	}
+	errno = saved;
+}
+
+static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int fds[4],
+					       const char *cwd, const char *const *argv,
+					       const char *const *envp)
+{
+	int status_fd = fds[3];
+	sbx_err err;
+	sigset_t all;
+
+	sigemptyset(&all);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		signal(forwarded[i], SIG_DFL);
+	sigprocmask(SIG_SETMASK, &all, NULL);
+	/* Its own session: no controlling terminal of ours, its own group. */
+	setsid();
+	for (int i = 0; i < 3; i++)
+		if (dup2(fds[i], i) < 0)
+			goto fail_errno;
+	if (chdir(cwd) != 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "cwd %s: %s", cwd,
+				strerror(errno));
+		_exit(127);
+	}
+	/* Ids first: the uid is already 1000, but make every id 1000 and drop
+	 * any supplementary group (setgroups is denied when the host side is
+	 * unprivileged; then there is nothing to drop). */
+	if (setgroups(0, NULL) != 0 && errno != EPERM)
+		goto fail_errno;
+	if (setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
+	    setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)
+		goto fail_errno;
+	struct rlimit core = {0, 0};
+	setrlimit(RLIMIT_CORE, &core);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		goto fail_errno;
+	if (sbx_caps_drop_all(&err) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
+		_exit(127);
+	}
+	/* Everything but stdio goes away at exec; the status fd stays usable
+	 * until then to report a failed exec. */
+	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (sbx_seccomp_install(cfg->seccomp, &err) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
+		_exit(127);
+	}
+	exec_in_path(argv, envp);
+	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", argv[0],
+			strerror(errno));
+	_exit(127);
+fail_errno:
+	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "drop privileges: %s",
+			strerror(errno));
+	_exit(127);
+}
+
+/* Split the request payload into cwd, argv and envp (pointers into it). */
+static int unpack(const struct sbx_proto_run *req, const char *payload, const char **cwd,
+		  const char ***argv, const char ***envp)
+{
+	const char *p = payload, *end = payload + req->payload_len;
+	size_t n = (size_t)req->argc + req->envc + 2;
+	const char **v = calloc(n, sizeof(*v));
+
+	if (!v)
+		return -1;
+	*cwd = p;
+	p += strnlen(p, (size_t)(end - p)) + 1;
+	for (uint32_t i = 0; i < req->argc + req->envc; i++) {
+		if (p >= end) {
+			free(v);
+			return -1;
+		}
+		v[i + (i >= req->argc ? 1 : 0)] = p;
+		p += strnlen(p, (size_t)(end - p)) + 1;
+	}
+	*argv = v;
+	*envp = v + req->argc + 1;
+	return 0;
+}
+
+static int make_timer(uint32_t ms)
+{
+	struct itimerspec its;
+	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+
+	if (fd < 0 || ms == 0)
+		return fd;
+	memset(&its, 0, sizeof(its));
+	its.it_value.tv_sec = ms / 1000;
+	its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+	timerfd_settime(fd, 0, &its, NULL);
+	return fd;
+}
+
+void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4], const struct sbx_proto_run *req,
+		   const char *payload)
+{
+	const char *cwd, **argv, **envp;
+	int status_fd = fds[3];
+	uint32_t timed_out = 0;
+	int wstatus = 0;
+	bool exited = false, killing = false;
+	sigset_t mask;
+	sbx_err err;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	prctl(PR_SET_NAME, "sbx-init");
+	/* Not dumpable: the workload (same uid) cannot read our memory. */
+	prctl(PR_SET_DUMPABLE, 0);
+	int keep[4] = {fds[0], fds[1], fds[2], fds[3]};
+	sbx_close_fds_except(keep, 4);
+
+	if (unpack(req, payload, &cwd, &argv, &envp) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, EINVAL, 0, "malformed run request");
+		_exit(1);
+	}
+	if (sbx_rootfs_run_mounts(cfg->tmp_bytes, cfg->shm_bytes, &err) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
+		_exit(1);
+	}
+
+	/* Block what we handle, so it queues on the signalfd; signals from
+	 * inside the run queue too and are told apart by ssi_pid. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaddset(&mask, forwarded[i]);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
+	int tfd = make_timer(req->timeout_ms);
+
+	pid_t child = fork();
+	if (child < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "fork: %s",
+				strerror(errno));
+		_exit(1);
+	}
+	if (child == 0)
+		workload(cfg, fds, cwd, argv, envp);
+	for (int i = 0; i < 3; i++)
+		close(fds[i]);
+
+	while (!exited) {
+		struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}};
+		if (poll(pfd, tfd >= 0 ? 2 : 1, -1) < 0 && errno != EINTR)
+			break;
+		if (tfd >= 0 && (pfd[1].revents & POLLIN)) {
+			uint64_t ticks;
+			if (read(tfd, &ticks, sizeof(ticks)) < 0)
+				ticks = 0;
+			if (!killing) {
+				/* Everything, not just the group: a child that
+				 * called setsid() must not escape. */
+				timed_out = 1;
+				killing = true;
+				kill(-1, SIGTERM);
+				struct itimerspec its = {{0, 0}, {0, 0}};
+				uint32_t g = req->grace_ms ? req->grace_ms : 2000;
+				its.it_value.tv_sec = g / 1000;
+				its.it_value.tv_nsec = (long)(g % 1000) * 1000000L;
+				timerfd_settime(tfd, 0, &its, NULL);
+			} else {
+				kill(-1, SIGKILL);
+			}
+		}
+		if (!(pfd[0].revents & POLLIN))
+			continue;
+		struct signalfd_siginfo si;
+		if (read(sfd, &si, sizeof(si)) != sizeof(si))
+			continue;
+		if (si.ssi_signo == SIGCHLD) {
+			pid_t p;
+			int st;
+			while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+				if (p == child) {
+					wstatus = st;
+					exited = true;
+				}
+		} else if (si.ssi_pid == 0) {
+			/* From the host (an ancestor namespace has no pid here). */
+			kill(-1, (int)si.ssi_signo);
+		}
+	}
+	/* The workload is gone: nothing it started may outlive it. */
+	kill(-1, SIGKILL);
+	while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+		;
+	sbx_status_send(status_fd, SBX_STATUS_EXIT, wstatus, 0, timed_out, "exit");
+	_exit(0);
+}

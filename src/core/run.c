@@ -1,0 +1,431 @@
+/*
+ * run.c: host side of one run: the request to the zygote, the pipes, the
+ * status records, and the events a caller drains.
+ *
+ * A run never touches its session after start: it owns its fds (stdio
+ * pipes, the status pipe from sbx-init, the init's pidfd), so a session
+ * closed under it only makes the status pipe hit EOF early.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define READ_CHUNK 65536
+#define REPLY_TIMEOUT_MS 10000
+
+struct sbx_run {
+	int out_fd, err_fd, in_fd, status_fd, pidfd;
+	char *stdin_buf;     /* bytes still to feed, owned */
+	size_t stdin_len, stdin_off;
+	bool signalled;      /* we sent a signal: the end is ours, not its */
+	bool got_exit, got_error, done;
+	struct sbx_status_rec last_error;
+	int wstatus;
+	uint32_t timed_out;
+	uint64_t t0_ns;
+	sbx_run_result result;
+	char buf[READ_CHUNK];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* cwd '\0' argv... env...: the payload the zygote unpacks. */
+static char *pack(const sbx_run_opts *o, uint32_t *argc, uint32_t *envc, size_t *len,
+		  sbx_err *err)
+{
+	const char *cwd = o->cwd ? o->cwd : SBX_SANDBOX_WORKDIR;
+	size_t total = strlen(cwd) + 1;
+	*argc = *envc = 0;
+	for (const char *const *a = o->argv; *a; a++, (*argc)++)
+		total += strlen(*a) + 1;
+	for (const char *const *e = o->envp; e && *e; e++, (*envc)++)
+		total += strlen(*e) + 1;
+	if (total > SBX_PROTO_MAX_PAYLOAD)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, E2BIG,
+				   "command, environment and cwd take %zu bytes; the limit is %u",
+				   total, SBX_PROTO_MAX_PAYLOAD),
+		       NULL;
+	char *buf = malloc(total), *p = buf;
+	if (!buf)
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
+	p = stpcpy(p, cwd) + 1;
+	for (const char *const *a = o->argv; *a; a++)
+		p = stpcpy(p, *a) + 1;
+	for (const char *const *e = o->envp; e && *e; e++)
+		p = stpcpy(p, *e) + 1;
+	*len = total;
+	return buf;
+}
+
+/* The child's end of one stdio stream; *ours gets the host end of a pipe. */
+static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
+{
+	int p[2];
+
+	*ours = -1;
+	if (mode == SBX_IO_INHERIT)
+		return fcntl(which, F_DUPFD_CLOEXEC, 3);
+	if (mode == SBX_IO_NULL)
+		return open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+	/* stdin: the child reads p[0]; stdout/stderr: the child writes p[1]. */
+	*ours = which == 0 ? p[1] : p[0];
+	fcntl(*ours, F_SETFL, O_NONBLOCK);
+	return which == 0 ? p[0] : p[1];
+}
+
+static int send_request(int ctl, const struct sbx_proto_run *req, const char *payload,
+			const int fds[4], sbx_err *err)
+{
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov[2] = {{(void *)req, sizeof(*req)}, {(void *)payload, req->payload_len}};
+	struct msghdr mh;
+
+	memset(&mh, 0, sizeof(mh));
+	memset(&u, 0, sizeof(u));
+	mh.msg_iov = iov;
+	mh.msg_iovlen = 2;
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(4 * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, 4 * sizeof(int));
+	ssize_t n;
+	while ((n = sendmsg(ctl, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	if (n < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "send run request: %s",
+				   strerror(errno));
+	return 0;
+}
+
+static int recv_reply(int ctl, struct sbx_proto_reply *rep, int *pidfd, sbx_err *err)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {rep, sizeof(*rep)};
+	struct msghdr mh;
+	struct pollfd pfd = {ctl, POLLIN, 0};
+
+	*pidfd = -1;
+	int pr;
+	while ((pr = poll(&pfd, 1, REPLY_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (pr == 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT, "the sandbox did not answer");
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	ssize_t n;
+	while ((n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n <= 0)
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	if (c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(pidfd, CMSG_DATA(c), sizeof(int));
+	if (n != sizeof(*rep) || rep->magic != SBX_PROTO_MAGIC) {
+		close_fd(pidfd);
+		return sbx_err_set(err, SBX_E_EXECUTION, EPROTO, "garbled answer from the sandbox");
+	}
+	if (rep->err_no != 0 || *pidfd < 0) {
+		close_fd(pidfd);
+		rep->msg[sizeof(rep->msg) - 1] = '\0';
+		return sbx_err_set(err, SBX_E_EXECUTION, rep->err_no, "start run: %s: %s", rep->msg,
+				   strerror(rep->err_no));
+	}
+	return 0;
+}
+
+sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
+{
+	struct sbx_proto_run req;
+	struct sbx_proto_reply rep;
+	int child[4] = {-1, -1, -1, -1}, status[2] = {-1, -1};
+	char *payload = NULL;
+	size_t len = 0;
+	sbx_run *r;
+
+	if (!s || sbx_session_ctl_fd(s) < 0)
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed"), NULL;
+	if (!o->argv || !o->argv[0] || !o->argv[0][0])
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "argv is empty"), NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
+	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = -1;
+	r->t0_ns = now_ns();
+	memset(&req, 0, sizeof(req));
+	payload = pack(o, &req.argc, &req.envc, &len, err);
+	if (!payload)
+		goto fail;
+	req.magic = SBX_PROTO_MAGIC;
+	req.timeout_ms = o->timeout_ms;
+	req.grace_ms = o->grace_ms;
+	req.payload_len = (uint32_t)len;
+	if ((child[0] = stdio_end(o->stdin_mode, 0, &r->in_fd, err)) < 0 ||
+	    (child[1] = stdio_end(o->stdout_mode, 1, &r->out_fd, err)) < 0 ||
+	    (child[2] = stdio_end(o->stderr_mode, 2, &r->err_fd, err)) < 0)
+		goto fail_io;
+	if (pipe2(status, O_CLOEXEC) != 0) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+		goto fail;
+	}
+	child[3] = status[1];
+	r->status_fd = status[0];
+	if (r->in_fd >= 0 && o->stdin_len > 0) {
+		r->stdin_buf = malloc(o->stdin_len);
+		if (!r->stdin_buf) {
+			sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
+			goto fail;
+		}
+		memcpy(r->stdin_buf, o->stdin_data, o->stdin_len);
+		r->stdin_len = o->stdin_len;
+	} else {
+		close_fd(&r->in_fd);
+	}
+	if (send_request(sbx_session_ctl_fd(s), &req, payload, child, err) < 0 ||
+	    recv_reply(sbx_session_ctl_fd(s), &rep, &r->pidfd, err) < 0)
+		goto fail;
+	for (int i = 0; i < 4; i++)
+		close_fd(&child[i]);
+	free(payload);
+	return r;
+fail_io:
+	if (err && err->kind == SBX_E_NONE)
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "stdio: %s", strerror(errno));
+fail:
+	for (int i = 0; i < 4; i++)
+		close_fd(&child[i]);
+	free(payload);
+	sbx_run_free(r);
+	return NULL;
+}
+
+static void finish(sbx_run *r)
+{
+	sbx_run_result *res = &r->result;
+
+	res->runtime_ms = (now_ns() - r->t0_ns) / 1000000ull;
+	if (r->got_error && (!r->got_exit || WIFEXITED(r->wstatus))) {
+		res->term = SBX_TERM_ERROR;
+		res->returncode = -1;
+		snprintf(res->error, sizeof(res->error), "%s", r->last_error.msg);
+	} else if (!r->got_exit) {
+		res->term = r->signalled ? SBX_TERM_KILLED : SBX_TERM_ERROR;
+		res->returncode = r->signalled ? -SIGKILL : -1;
+		res->signo = r->signalled ? SIGKILL : 0;
+		if (!r->signalled)
+			snprintf(res->error, sizeof(res->error),
+				 "the sandbox ended before the command did (session closed?)");
+	} else if (WIFSIGNALED(r->wstatus)) {
+		res->signo = WTERMSIG(r->wstatus);
+		res->returncode = -res->signo;
+		res->term = r->timed_out ? SBX_TERM_TIMEOUT
+			    : r->signalled ? SBX_TERM_KILLED
+					   : SBX_TERM_SIGNAL;
+	} else {
+		res->returncode = WEXITSTATUS(r->wstatus);
+		res->term = r->timed_out ? SBX_TERM_TIMEOUT : SBX_TERM_EXIT;
+	}
+	r->done = true;
+	close_fd(&r->pidfd);
+}
+
+static void read_status(sbx_run *r)
+{
+	struct sbx_status_rec rec;
+	ssize_t n = read(r->status_fd, &rec, sizeof(rec));
+
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return;
+	if (n != (ssize_t)sizeof(rec)) {
+		close_fd(&r->status_fd);
+		return;
+	}
+	rec.msg[sizeof(rec.msg) - 1] = '\0';
+	if (rec.type == SBX_STATUS_ERROR) {
+		r->got_error = true;
+		r->last_error = rec;
+	} else if (rec.type == SBX_STATUS_EXIT) {
+		r->got_exit = true;
+		r->wstatus = rec.wstatus;
+		r->timed_out = rec.timed_out;
+	}
+}
+
+static void feed_stdin(sbx_run *r)
+{
+	ssize_t n = write(r->in_fd, r->stdin_buf + r->stdin_off, r->stdin_len - r->stdin_off);
+	if (n > 0)
+		r->stdin_off += (size_t)n;
+	if ((n < 0 && errno != EAGAIN && errno != EINTR) || r->stdin_off == r->stdin_len) {
+		close_fd(&r->in_fd);
+		free(r->stdin_buf);
+		r->stdin_buf = NULL;
+	}
+}
+
+int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr, sbx_event *ev,
+		 sbx_err *err)
+{
+	uint64_t deadline = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+
+	ev->type = SBX_EV_NONE;
+	ev->data = NULL;
+	ev->len = 0;
+	if (r->done)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "the run has already ended");
+	for (;;) {
+		struct pollfd pfd[4];
+		int idx[4], n = 0;
+		if (r->status_fd < 0 && r->out_fd < 0 && r->err_fd < 0) {
+			close_fd(&r->in_fd);
+			finish(r);
+			ev->type = SBX_EV_EXIT;
+			return 0;
+		}
+		if (r->status_fd >= 0) {
+			pfd[n] = (struct pollfd){r->status_fd, POLLIN, 0};
+			idx[n++] = 0;
+		}
+		if (r->out_fd >= 0 && want_stdout) {
+			pfd[n] = (struct pollfd){r->out_fd, POLLIN, 0};
+			idx[n++] = 1;
+		}
+		if (r->err_fd >= 0 && want_stderr) {
+			pfd[n] = (struct pollfd){r->err_fd, POLLIN, 0};
+			idx[n++] = 2;
+		}
+		if (r->in_fd >= 0) {
+			pfd[n] = (struct pollfd){r->in_fd, POLLOUT, 0};
+			idx[n++] = 3;
+		}
+		int wait = -1;
+		if (timeout_ms >= 0) {
+			uint64_t now = now_ns();
+			wait = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+		}
+		int pr = poll(pfd, (nfds_t)n, wait);
+		if (pr < 0 && errno != EINTR)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "poll: %s", strerror(errno));
+		if (pr <= 0) {
+			if (timeout_ms >= 0 && now_ns() >= deadline)
+				return 0;
+			continue;
+		}
+		/* Output before status: data the command wrote comes first. */
+		for (int pass = 1; pass <= 3; pass++) {
+			for (int i = 0; i < n; i++) {
+				if (idx[i] != pass % 3 && !(pass == 3 && idx[i] == 3))
+					continue;
+				if (!pfd[i].revents)
+					continue;
+				if (idx[i] == 3) {
+					feed_stdin(r);
+					continue;
+				}
+				if (idx[i] == 0) {
+					read_status(r);
+					continue;
+				}
+				int *fd = idx[i] == 1 ? &r->out_fd : &r->err_fd;
+				ssize_t got = read(*fd, r->buf, sizeof(r->buf));
+				if (got > 0) {
+					ev->type = idx[i] == 1 ? SBX_EV_STDOUT : SBX_EV_STDERR;
+					ev->data = r->buf;
+					ev->len = (size_t)got;
+					return 0;
+				}
+				if (got == 0 || (errno != EAGAIN && errno != EINTR))
+					close_fd(fd);
+			}
+		}
+	}
+}
+
+int sbx_run_kill(sbx_run *r, int signo, sbx_err *err)
+{
+	if (r->done || r->pidfd < 0)
+		return 0;
+	if (sbx_sys_pidfd_send_signal(r->pidfd, signo) != 0 && errno != ESRCH)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "signal the run: %s",
+				   strerror(errno));
+	r->signalled = true;
+	return 0;
+}
+
+const sbx_run_result *sbx_run_result_get(const sbx_run *r)
+{
+	return &r->result;
+}
+
+int sbx_run_stdout_fd(const sbx_run *r)
+{
+	return r->out_fd;
+}
+
+int sbx_run_stderr_fd(const sbx_run *r)
+{
+	return r->err_fd;
+}
+
+int sbx_run_status_fd(const sbx_run *r)
+{
+	return r->status_fd;
+}
+
+int sbx_run_pidfd(const sbx_run *r)
+{
+	return r->pidfd;
+}
+
+void sbx_run_free(sbx_run *r)
+{
+	if (!r)
+		return;
+	if (!r->done && r->pidfd >= 0)
+		sbx_sys_pidfd_send_signal(r->pidfd, SIGKILL);
+	close_fd(&r->out_fd);
+	close_fd(&r->err_fd);
+	close_fd(&r->in_fd);
+	close_fd(&r->status_fd);
+	close_fd(&r->pidfd);
+	free(r->stdin_buf);
+	free(r);
+}

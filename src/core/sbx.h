@@ -1,0 +1,224 @@
+/*
+ * sbx.h: the public C API of libsbx, the sandbox core.
+ *
+ * libsbx opens sessions (a long-lived "zygote" process already inside the
+ * session's user, mount, PID, network, IPC, UTS and cgroup namespaces) and
+ * starts runs in them (each run is a fresh PID + mount namespace whose PID 1
+ * is sbx-init).  Everything that can fail fills an sbx_err that says what
+ * failed, why and, where it can, how to fix it.  No function exits the
+ * calling process; only the short-lived children between clone() and
+ * execve() may die, after reporting why to their parent.
+ *
+ * Ownership: every pointer returned by sbx_session_open or sbx_run_start is
+ * owned by the caller and released with sbx_session_close or sbx_run_free.  Strings passed
+ * in options are copied when the callee needs them beyond the call.
+ */
+#ifndef SBX_H
+#define SBX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SBX_VERSION "0.1.0"
+
+/* The path the session's work dir has inside every run. */
+#define SBX_SANDBOX_WORKDIR "/tmp/sandbox-work"
+/* The uid/gid the workload runs as inside the sandbox. */
+#define SBX_SANDBOX_UID 1000
+#define SBX_SANDBOX_GID 1000
+/* Host uid the sandbox user maps to when the host side runs as root. */
+#define SBX_DEFAULT_HOST_UID 231072
+
+/* Error kinds, named as the Lua API names them. */
+typedef enum sbx_err_kind {
+	SBX_E_NONE = 0,
+	SBX_E_INVALID_ARGUMENT,    /* caller passed something wrong */
+	SBX_E_BACKEND_UNAVAILABLE, /* the machine cannot provide the backend */
+	SBX_E_EXECUTION,           /* the sandbox misbehaved (spawn, stream) */
+	SBX_E_SESSION_CLOSED,      /* the session is gone */
+	SBX_E_POLICY_DENIED,       /* the policy refused */
+} sbx_err_kind;
+
+typedef struct sbx_err {
+	sbx_err_kind kind;
+	int sys_errno;     /* errno of the failing call, 0 if none */
+	char msg[512];     /* human-readable: what failed, why, how to fix */
+} sbx_err;
+
+/* Fill err (may be NULL) and return -1, so callers can `return sbx_err_set(...)`. */
+int sbx_err_set(sbx_err *err, sbx_err_kind kind, int sys_errno, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Name of a kind as the Lua API spells it ("InvalidArgument", ...). */
+const char *sbx_err_kind_name(sbx_err_kind kind);
+
+/* A read-only or read-write bind of a host path at the same path inside. */
+typedef struct sbx_bind {
+	const char *path;
+	bool writable;
+} sbx_bind;
+
+typedef struct sbx_session_opts {
+	const char *backend;        /* "userns" (only backend of this core so far) */
+	const char *work_dir;       /* pinned host work dir, or NULL for a fresh one */
+	const char *state_dir;      /* where fresh work dirs live; NULL: default */
+	const char *const *system_ro; /* host dirs bound read-only at the same path (NULL-terminated) */
+	const char *const *etc_files; /* entries of /etc bound read-only (NULL-terminated names) */
+	const sbx_bind *binds;      /* extra binds requested by the session */
+	size_t n_binds;
+	const char *const *seccomp_deny; /* extra syscall names to refuse (NULL-terminated) */
+	uid_t host_uid;             /* host uid of the sandbox user when root; 0: default */
+	uint64_t tmp_bytes;         /* size cap of the per-run /tmp; 0: default 256 MiB */
+	uint64_t shm_bytes;         /* size cap of the per-run /dev/shm; 0: default 64 MiB */
+	const char *hostname;       /* UTS hostname; NULL: "sandbox" */
+	uint64_t lifetime_ms;       /* session ends by itself after this; 0: never */
+} sbx_session_opts;
+
+typedef struct sbx_session sbx_session;
+
+/*
+ * Open a session: prepare the work dir, clone the zygote into fresh
+ * namespaces, build its root filesystem, wait until it is ready.
+ * Returns NULL and fills err on failure (BackendUnavailable when the machine
+ * lacks what the backend needs, with how to fix it).
+ */
+sbx_session *sbx_session_open(const sbx_session_opts *opts, sbx_err *err);
+/* End every process of the session, remove what it created (not a pinned
+ * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when
+ * cleanup could not remove something (it still frees the session). */
+int sbx_session_close(sbx_session *s, sbx_err *err);
+/* The host path of the work dir (owned by the session). */
+const char *sbx_session_work_dir(const sbx_session *s);
+/* An O_PATH|O_DIRECTORY fd on the work dir, owned by the session. */
+int sbx_session_work_dir_fd(const sbx_session *s);
+/* Host uid/gid that own files the sandbox writes. */
+uid_t sbx_session_host_uid(const sbx_session *s);
+gid_t sbx_session_host_gid(const sbx_session *s);
+/* The session's id: 32 hex chars (128 random bits), owned by the session. */
+const char *sbx_session_id(const sbx_session *s);
+/* true while the zygote is alive. */
+bool sbx_session_alive(sbx_session *s);
+
+/* How a run's stdio stream is connected. */
+typedef enum sbx_io {
+	SBX_IO_PIPE = 0,  /* a pipe the caller reads (or writes, for stdin) */
+	SBX_IO_NULL,      /* /dev/null */
+	SBX_IO_INHERIT,   /* the caller's own fd 0/1/2 */
+} sbx_io;
+
+typedef struct sbx_run_opts {
+	const char *const *argv;    /* NULL-terminated, argv[0] resolved with PATH inside */
+	const char *const *envp;    /* NULL-terminated "K=V": the whole environment */
+	const char *cwd;            /* inside path, already validated; NULL: the work dir */
+	sbx_io stdin_mode, stdout_mode, stderr_mode;
+	const char *stdin_data;     /* bytes fed to a PIPE stdin, then closed */
+	size_t stdin_len;
+	uint32_t timeout_ms;        /* 0: none */
+	uint32_t grace_ms;          /* SIGTERM to SIGKILL; 0: default 2000 */
+} sbx_run_opts;
+
+typedef struct sbx_run sbx_run;
+
+/* Why a run ended. */
+typedef enum sbx_term {
+	SBX_TERM_NONE = 0,   /* still running */
+	SBX_TERM_EXIT,       /* exited by itself (any code) */
+	SBX_TERM_SIGNAL,     /* killed by a signal it did not get from us */
+	SBX_TERM_TIMEOUT,    /* timeout_ms passed: SIGTERM, then SIGKILL */
+	SBX_TERM_KILLED,     /* sbx_run_kill() or session close */
+	SBX_TERM_ERROR,      /* the sandbox failed to start or lost the run */
+} sbx_term;
+
+typedef struct sbx_run_result {
+	sbx_term term;
+	int returncode;       /* exit code; -signo for signal deaths; -1 on error */
+	int signo;            /* signal that ended it, 0 if none */
+	uint64_t runtime_ms;
+	char error[256];      /* SBX_TERM_ERROR: why */
+} sbx_run_result;
+
+/* One thing sbx_run_next() can return. */
+typedef enum sbx_event_type {
+	SBX_EV_NONE = 0,      /* nothing within the timeout */
+	SBX_EV_STDOUT,
+	SBX_EV_STDERR,
+	SBX_EV_EXIT,          /* the run ended and both streams are drained */
+} sbx_event_type;
+
+typedef struct sbx_event {
+	sbx_event_type type;
+	const char *data;     /* STDOUT/STDERR: valid until the next call */
+	size_t len;
+} sbx_event;
+
+/* Start a run in the session.  Returns NULL and fills err on failure. */
+sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *opts, sbx_err *err);
+/*
+ * Wait up to timeout_ms (-1: forever) for the next event.  want_stdout /
+ * want_stderr say which pipes to read now: a stream not wanted is not read,
+ * so the process blocks on it once the pipe is full (that is the
+ * backpressure).  EXIT is returned once, after every wanted-or-not stream
+ * has reached EOF; after it, result is final.  Returns 0 or -1 with err.
+ */
+int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
+		 sbx_event *ev, sbx_err *err);
+/* Send a signal to the run (SIGKILL ends everything in it). */
+int sbx_run_kill(sbx_run *r, int signo, sbx_err *err);
+/* The result so far (term == SBX_TERM_NONE while running). */
+const sbx_run_result *sbx_run_result_get(const sbx_run *r);
+/* fds for callers with their own event loop (-1 once closed). */
+int sbx_run_stdout_fd(const sbx_run *r);
+int sbx_run_stderr_fd(const sbx_run *r);
+int sbx_run_status_fd(const sbx_run *r);
+int sbx_run_pidfd(const sbx_run *r);
+/* Kill the run if it is still going, close its fds, free it.  Safe on NULL. */
+void sbx_run_free(sbx_run *r);
+
+/* ---- files beneath the work dir (files.c) ---- */
+
+/*
+ * Check a caller-supplied relative path: non-empty, not absolute, no NUL
+ * (len says how long it really is), no "..", no component longer than
+ * NAME_MAX, total under PATH_MAX.  Returns 0 or -1 with InvalidArgument.
+ */
+int sbx_path_check(const char *path, size_t len, sbx_err *err);
+/*
+ * Write data to path beneath dirfd atomically (temp file + rename), creating
+ * missing parent directories, files owned by uid/gid (when the caller may
+ * chown) with mode 0644.  Resolution uses openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV): no symlink leads out.
+ * len > max_bytes is InvalidArgument.  Returns 0 or -1 with err.
+ */
+int sbx_file_put(int dirfd, const char *path, size_t path_len, const void *data,
+		 size_t len, size_t max_bytes, uid_t uid, gid_t gid, sbx_err *err);
+/*
+ * Read the regular file at path beneath dirfd (same resolution rules; FIFOs,
+ * devices, sockets and directories refused without blocking).  A file larger
+ * than max_bytes is InvalidArgument.  On success *out is malloc'd (caller
+ * frees) and *out_len set.  Returns 0 or -1 with err.
+ */
+int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes,
+		 char **out, size_t *out_len, sbx_err *err);
+
+/* ---- seccomp and capabilities (seccomp.c, caps.c) ---- */
+
+struct sock_fprog;
+/*
+ * Compile the baseline filter (the classes Docker's default profile refuses,
+ * architecture checked, non-native ABIs killed) plus extra_deny syscall
+ * names into a BPF program.  Unknown names are InvalidArgument.  The
+ * returned program is malloc'd; free with sbx_seccomp_free.
+ */
+struct sock_fprog *sbx_seccomp_compile(const char *const *extra_deny, sbx_err *err);
+void sbx_seccomp_free(struct sock_fprog *prog);
+/* Install prog on the calling thread (no_new_privs must be set).  Child-side. */
+int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);
+/*
+ * Drop every capability (bounding, ambient, inheritable, permitted,
+ * effective) and lock the securebits so none can come back through exec or
+ * uid 0.  Child-side; call after the last privileged step.
+ */
+int sbx_caps_drop_all(sbx_err *err);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * sys.c: thin wrappers for the syscalls glibc 2.36 does not wrap, and the
+ * fd hygiene every child needs.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+int sbx_sys_pidfd_send_signal(int pidfd, int sig)
+{
+	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+}
+
+/*
+ * Fork-like clone3 (no new stack: the child returns here like fork).
+ * flags may add namespace bits; with pidfd_out, CLONE_PIDFD is set and the
+ * parent gets a pidfd for the child.
+ */
+pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out)
+{
+	struct clone_args args;
+	int pidfd = -1;
+
+	memset(&args, 0, sizeof(args));
+	args.flags = flags;
+	if (pidfd_out) {
+		args.flags |= CLONE_PIDFD;
+		args.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	}
+	args.exit_signal = SIGCHLD;
+	pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+	if (pid > 0 && pidfd_out)
+		*pidfd_out = pidfd;
+	return pid;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+void sbx_close_fds_except(const int *keep, size_t n)
+{
+	int sorted[16];
+	unsigned int lo = 3;
+
+	if (n > 16)
+		n = 16;
+	memcpy(sorted, keep, n * sizeof(int));
+	qsort(sorted, n, sizeof(int), cmp_int);
+	for (size_t i = 0; i < n; i++) {
+		if (sorted[i] < (int)lo)
+			continue;
+		if ((unsigned int)sorted[i] > lo)
+			syscall(SYS_close_range, lo, (unsigned int)sorted[i] - 1, 0);
+		lo = (unsigned int)sorted[i] + 1;
+	}
+	syscall(SYS_close_range, lo, ~0U, 0);
+}
