@@ -91,6 +91,53 @@ static void exec_in_path(const char *const *argv, const char *const *envp)
 	errno = saved;
 }
 
+/* dash's builtins and reserved words: a command naming one must run in the
+ * shell, whose builtin may differ from the binary of the same name. */
+static const char *const sh_words[] = {
+	"alias", "bg", "break", "cd", "chdir", "command", "continue", "echo", "eval", "exec",
+	"exit", "export", "false", "fc", "fg", "getopts", "hash", "jobs", "kill", "local",
+	"printf", "pwd", "read", "readonly", "return", "set", "shift", "test", "times", "trap",
+	"true", "type", "ulimit", "umask", "unalias", "unset", "wait", "[", ".", ":", "if",
+	"then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
+	"function", "select", "time", "!", "{", "}", NULL};
+
+/*
+ * `sh -c "prog arg arg"` with nothing the shell would interpret (no quotes,
+ * expansions, redirections, globs, operators, assignments, builtins) means
+ * exactly "exec prog with these words"; skipping the shell saves one exec.
+ * Fills words (pointers into buf) and returns their count, or 0 when the
+ * shell is needed.
+ */
+static int split_simple_command(const char *const *argv, char *buf, size_t len, char **words,
+				int max)
+{
+	const char *cmd;
+	int n = 0;
+
+	if (!argv[0] || strcmp(argv[0], "/bin/sh") || !argv[1] || strcmp(argv[1], "-c") ||
+	    !argv[2] || argv[3] || strlen(argv[2]) >= len)
+		return 0;
+	cmd = argv[2];
+	for (const char *c = cmd; *c; c++)
+		if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+			    "_./:,+@%- ",
+			    *c))
+			return 0;
+	strcpy(buf, cmd);
+	for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+		if (n == max - 1)
+			return 0;
+		words[n++] = tok;
+	}
+	words[n] = NULL;
+	if (n == 0)
+		return 0;
+	for (int i = 0; sh_words[i]; i++)
+		if (!strcmp(words[0], sh_words[i]))
+			return 0;
+	return n;
+}
+
 static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int fds[4],
 					       const char *cwd, const char *const *argv,
 					       const char *const *envp)
@@ -136,6 +183,11 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
 		_exit(127);
 	}
+	char buf[1024], *words[64];
+	if (split_simple_command(argv, buf, sizeof(buf), words, 64) > 0)
+		exec_in_path((const char *const *)words, envp);
+	/* Not simple, or the direct exec failed: the shell does it and
+	 * reports like a shell (e.g. "not found", 127). */
 	exec_in_path(argv, envp);
 	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", argv[0],
 			strerror(errno));
