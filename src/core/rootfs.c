@@ -326,6 +326,10 @@ int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir, sb
 	if (mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) !=
 	    0)
 		return FAIL("remount / read-only: %s", strerror(errno));
+	/* Binds of slave mounts are slaves: cut them off from the host too,
+	 * so later host mounts never appear in the sandbox. */
+	if (mount(NULL, "/", NULL, MS_PRIVATE | MS_REC, NULL) != 0)
+		return FAIL("make mounts private: %s", strerror(errno));
 	return 0;
 }
 
