@@ -220,5 +220,11 @@ int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);
  * uid 0.  Child-side; call after the last privileged step.
  */
 int sbx_caps_drop_all(sbx_err *err);
+/*
+ * Only lock the securebits and empty the bounding set, keeping the
+ * effective set: the zygote does this once so that each run's
+ * sbx_caps_drop_all has less to change (each drop is a credential change).
+ */
+int sbx_caps_drop_bounding(sbx_err *err);
 
 #endif

@@ -139,13 +139,19 @@ static int prepare_work_dir(sbx_session *s, const sbx_session_opts *o, sbx_err *
 		if (state[0] != '/')
 			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 					   "state_dir %s: must be absolute", state);
-		snprintf(sessions, sizeof(sessions), "%s/sessions", state);
+		if (snprintf(sessions, sizeof(sessions), "%s/sessions", state) >= 4000)
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+					   "state_dir %s: path too long", state);
 		/* 0711: the sandbox's host uid must traverse to its work dir,
 		 * nobody may list the other sessions. */
 		if (mkdir_owned(state, 0711, err) < 0 || mkdir_owned(sessions, 0711, err) < 0)
 			return -1;
-		snprintf(s->session_dir, sizeof(s->session_dir), "%s/%s", sessions, s->id);
-		snprintf(s->work_dir, sizeof(s->work_dir), "%s/work", s->session_dir);
+		if (snprintf(s->session_dir, sizeof(s->session_dir), "%.4000s/%s", sessions, s->id) >=
+			    (int)sizeof(s->session_dir) - 8 ||
+		    snprintf(s->work_dir, sizeof(s->work_dir), "%.4000s/work", s->session_dir) >=
+			    (int)sizeof(s->work_dir))
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+					   "state_dir %s: path too long", state);
 		if (mkdir(s->session_dir, 0711) != 0 || mkdir(s->work_dir, 0700) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
 					   s->work_dir, strerror(errno));
@@ -199,7 +205,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	    setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0) {
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %d: %s",
 			    SBX_SANDBOX_UID, strerror(errno));
-	} else if (sbx_rootfs_build(o, s->work_dir, &err) == 0) {
+	} else if (sbx_caps_drop_bounding(&err) == 0 &&
+		   sbx_rootfs_build(o, s->work_dir, &err) == 0) {
 		err.kind = SBX_E_NONE;
 	}
 	ready.err_no = err.sys_errno;
