@@ -28,6 +28,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -138,66 +139,6 @@ static int split_simple_command(const char *const *argv, char *buf, size_t len, 
 	return n;
 }
 
-static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int fds[4],
-					       const char *cwd, const char *const *argv,
-					       const char *const *envp)
-{
-	int status_fd = fds[3];
-	sbx_err err;
-	sigset_t all;
-
-	sigemptyset(&all);
-	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-		signal(forwarded[i], SIG_DFL);
-	sigprocmask(SIG_SETMASK, &all, NULL);
-	/* Its own session: no controlling terminal of ours, its own group. */
-	setsid();
-	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], i) < 0)
-			goto fail_errno;
-	if (chdir(cwd) != 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "cwd %s: %s", cwd,
-				strerror(errno));
-		_exit(127);
-	}
-	/* Ids first: the uid is already 1000, but make every id 1000 and drop
-	 * any supplementary group (setgroups is denied when the host side is
-	 * unprivileged; then there is nothing to drop). */
-	if (setgroups(0, NULL) != 0 && errno != EPERM)
-		goto fail_errno;
-	if (setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
-	    setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)
-		goto fail_errno;
-	struct rlimit core = {0, 0};
-	setrlimit(RLIMIT_CORE, &core);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		goto fail_errno;
-	if (sbx_caps_drop_all(&err) < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
-		_exit(127);
-	}
-	/* Everything but stdio goes away at exec; the status fd stays usable
-	 * until then to report a failed exec. */
-	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-	if (sbx_seccomp_install(cfg->seccomp, &err) < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
-		_exit(127);
-	}
-	char buf[1024], *words[64];
-	if (split_simple_command(argv, buf, sizeof(buf), words, 64) > 0)
-		exec_in_path((const char *const *)words, envp);
-	/* Not simple, or the direct exec failed: the shell does it and
-	 * reports like a shell (e.g. "not found", 127). */
-	exec_in_path(argv, envp);
-	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", argv[0],
-			strerror(errno));
-	_exit(127);
-fail_errno:
-	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "drop privileges: %s",
-			strerror(errno));
-	_exit(127);
-}
-
 /* Split the request payload into cwd, argv and envp (pointers into it). */
 static int unpack(const struct sbx_proto_run *req, const char *payload, const char **cwd,
 		  const char ***argv, const char ***envp)
@@ -223,6 +164,90 @@ static int unpack(const struct sbx_proto_run *req, const char *payload, const ch
 	return 0;
 }
 
+/* In the warm workload: report a setup failure to init, which passes it on
+ * to the host once a request (and so a status fd) arrives. */
+static __attribute__((noreturn)) void warm_fail(int sock, const char *what, int err_no)
+{
+	char msg[200];
+	int n = snprintf(msg, sizeof(msg), "%s: %s", what, strerror(err_no));
+	if (send(sock, msg, (size_t)n, MSG_NOSIGNAL) < 0)
+		_exit(126);
+	_exit(127);
+}
+
+/*
+ * The workload, forked before the request exists: it gives up every
+ * privilege first (ids, no_new_privs, capabilities, seccomp last), so all
+ * of that is paid while the session is idle; then it waits for the
+ * command, takes its stdio and execs.
+ */
+static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int sock)
+{
+	static char payload[SBX_PROTO_MAX_PAYLOAD];
+	struct sbx_proto_run req;
+	const char *cwd, **argv, **envp;
+	int fds[4];
+	sbx_err err;
+	sigset_t none;
+
+	sigemptyset(&none);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		signal(forwarded[i], SIG_DFL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* Its own session: no controlling terminal of ours, its own group. */
+	setsid();
+	/* Ids first: the uid is already 1000, but make every id 1000 and drop
+	 * any supplementary group (setgroups is denied when the host side is
+	 * unprivileged; then there is nothing to drop). */
+	if (setgroups(0, NULL) != 0 && errno != EPERM)
+		warm_fail(sock, "setgroups", errno);
+	if (setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
+	    setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)
+		warm_fail(sock, "become the sandbox user", errno);
+	struct rlimit core = {0, 0};
+	setrlimit(RLIMIT_CORE, &core);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		warm_fail(sock, "no_new_privs", errno);
+	if (sbx_caps_drop_all(&err) < 0)
+		warm_fail(sock, err.msg, err.sys_errno);
+	/* Everything but stdio goes at exec; the status fd stays usable until
+	 * then to report a failed exec. */
+	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+	if (sbx_seccomp_install(cfg->seccomp, &err) < 0)
+		warm_fail(sock, err.msg, err.sys_errno);
+
+	int rc;
+	while ((rc = sbx_proto_recv_run(sock, &req, payload, fds)) == 2)
+		;
+	if (rc != 0)
+		_exit(127);
+	int status_fd = fds[3];
+	for (int i = 0; i < 3; i++)
+		if (dup2(fds[i], i) < 0) {
+			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "stdio: %s",
+					strerror(errno));
+			_exit(127);
+		}
+	if (unpack(&req, payload, &cwd, &argv, &envp) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, EINVAL, 0, "malformed run request");
+		_exit(127);
+	}
+	if (chdir(cwd) != 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "cwd %s: %s", cwd,
+				strerror(errno));
+		_exit(127);
+	}
+	char buf[1024], *words[64];
+	if (split_simple_command(argv, buf, sizeof(buf), words, 64) > 0)
+		exec_in_path((const char *const *)words, envp);
+	/* Not simple, or the direct exec failed: the shell does it and
+	 * reports like a shell (e.g. "not found", 127). */
+	exec_in_path(argv, envp);
+	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", argv[0],
+			strerror(errno));
+	_exit(127);
+}
+
 static int make_timer(uint32_t ms)
 {
 	struct itimerspec its;
@@ -237,14 +262,31 @@ static int make_timer(uint32_t ms)
 	return fd;
 }
 
-void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4], const struct sbx_proto_run *req,
-		   const char *payload)
+/* Reap what exited; true when child was among them (its status in *st). */
+static bool reap(pid_t child, int *st)
 {
-	const char *cwd, **argv, **envp;
-	int status_fd = fds[3];
+	bool found = false;
+	pid_t p;
+	int s;
+
+	while ((p = waitpid(-1, &s, WNOHANG)) > 0)
+		if (p == child) {
+			*st = s;
+			found = true;
+		}
+	return found;
+}
+
+void sbx_init_main(const struct sbx_zygote_cfg *cfg, int zsock)
+{
+	static char payload[SBX_PROTO_MAX_PAYLOAD];
+	struct sbx_proto_run req;
+	char setup_error[240] = "";
+	int fds[4], wsock[2] = {-1, -1}, wstatus = 0, rc;
 	uint32_t timed_out = 0;
-	int wstatus = 0;
 	bool exited = false, killing = false;
+	uint64_t pending = 0; /* signals the host sent before the request */
+	pid_t child = -1;
 	sigset_t mask;
 	sbx_err err;
 
@@ -252,17 +294,7 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4], const struct sb
 	prctl(PR_SET_NAME, "sbx-init");
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
-	int keep[4] = {fds[0], fds[1], fds[2], fds[3]};
-	sbx_close_fds_except(keep, 4);
-
-	if (unpack(req, payload, &cwd, &argv, &envp) < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, EINVAL, 0, "malformed run request");
-		_exit(1);
-	}
-	if (sbx_rootfs_run_mounts(cfg->tmp_bytes, cfg->shm_bytes, &err) < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err.sys_errno, 0, "%s", err.msg);
-		_exit(1);
-	}
+	sbx_close_fds_except(&zsock, 1);
 
 	/* Block what we handle, so it queues on the signalfd; signals from
 	 * inside the run queue too and are told apart by ssi_pid. */
@@ -271,19 +303,68 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4], const struct sb
 	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
 		sigaddset(&mask, forwarded[i]);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
-	int sfd = signalfd(-1, &mask, SFD_CLOEXEC);
-	int tfd = make_timer(req->timeout_ms);
+	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
-	pid_t child = fork();
-	if (child < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "fork: %s",
-				strerror(errno));
+	if (sbx_rootfs_run_mounts(cfg, &err) < 0)
+		snprintf(setup_error, sizeof(setup_error), "%.200s", err.msg);
+	else if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0)
+		snprintf(setup_error, sizeof(setup_error), "socketpair: %s", strerror(errno));
+	else if ((child = fork()) < 0)
+		snprintf(setup_error, sizeof(setup_error), "fork: %s", strerror(errno));
+	else if (child == 0) {
+		close(wsock[0]);
+		close(zsock);
+		close(sfd);
+		workload(cfg, wsock[1]);
+	}
+	if (wsock[1] >= 0)
+		close(wsock[1]);
+
+	/* Warm: wait for the request; a workload that failed to drop its
+	 * privileges has said why on wsock and exited. */
+	for (;;) {
+		struct pollfd pfd[2] = {{zsock, POLLIN, 0}, {sfd, POLLIN, 0}};
+		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
+			_exit(1);
+		if (pfd[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof(si)) == sizeof(si))
+				if (si.ssi_signo != SIGCHLD && si.ssi_pid == 0 && si.ssi_signo < 64)
+					pending |= 1ull << si.ssi_signo;
+			if (child > 0 && reap(child, &wstatus)) {
+				child = -1;
+				ssize_t n = recv(wsock[0], setup_error, sizeof(setup_error) - 1,
+						 MSG_DONTWAIT);
+				setup_error[n > 0 ? n : 0] = '\0';
+				if (!setup_error[0])
+					snprintf(setup_error, sizeof(setup_error),
+						 "the workload died while dropping privileges");
+			}
+		}
+		if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		rc = sbx_proto_recv_run(zsock, &req, payload, fds);
+		if (rc == 0)
+			break;
+		if (rc == 1)
+			_exit(0);
+	}
+	close(zsock);
+	int status_fd = fds[3];
+	if (setup_error[0] || child < 0 || sbx_proto_send_run(wsock[0], &req, payload, fds) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, 0, 0, "%s",
+				setup_error[0] ? setup_error : "the workload is gone");
 		_exit(1);
 	}
-	if (child == 0)
-		workload(cfg, fds, cwd, argv, envp);
+	close(wsock[0]);
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
+	int tfd = make_timer(req.timeout_ms);
+	/* The host may signal the run as soon as it has the pidfd, which can
+	 * be before we read the request: deliver what came early. */
+	for (int sig = 1; sig < 64; sig++)
+		if (pending & (1ull << sig))
+			kill(-1, sig);
 
 	while (!exited) {
 		struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}};
@@ -300,7 +381,7 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4], const struct sb
 				killing = true;
 				kill(-1, SIGTERM);
 				struct itimerspec its = {{0, 0}, {0, 0}};
-				uint32_t g = req->grace_ms ? req->grace_ms : 2000;
+				uint32_t g = req.grace_ms ? req.grace_ms : 2000;
 				its.it_value.tv_sec = g / 1000;
 				its.it_value.tv_nsec = (long)(g % 1000) * 1000000L;
 				timerfd_settime(tfd, 0, &its, NULL);
@@ -311,19 +392,13 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4], const struct sb
 		if (!(pfd[0].revents & POLLIN))
 			continue;
 		struct signalfd_siginfo si;
-		if (read(sfd, &si, sizeof(si)) != sizeof(si))
-			continue;
-		if (si.ssi_signo == SIGCHLD) {
-			pid_t p;
-			int st;
-			while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-				if (p == child) {
-					wstatus = st;
-					exited = true;
-				}
-		} else if (si.ssi_pid == 0) {
-			/* From the host (an ancestor namespace has no pid here). */
-			kill(-1, (int)si.ssi_signo);
+		while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+			if (si.ssi_signo == SIGCHLD)
+				exited = reap(child, &wstatus) || exited;
+			else if (si.ssi_pid == 0)
+				/* From the host: an ancestor namespace has no
+				 * pid here. */
+				kill(-1, (int)si.ssi_signo);
 		}
 	}
 	/* The workload is gone: nothing it started may outlive it. */

@@ -16,6 +16,7 @@
 #define SBX_INTERNAL_H
 
 #include <linux/filter.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -67,9 +68,20 @@ struct sbx_status_rec {
 	char msg[240];
 };
 
+/* Send one run request with its 4 fds; 0, or -1 with errno. */
+int sbx_proto_send_run(int sock, const struct sbx_proto_run *req, const char *payload,
+		       const int fds[4]);
+/* Receive one: 0 on a valid request, 1 on EOF, 2 on EINTR, -1 on garbage
+ * (its fds are closed).  payload must hold SBX_PROTO_MAX_PAYLOAD bytes. */
+int sbx_proto_recv_run(int sock, struct sbx_proto_run *req, char *payload, int fds[4]);
+
+/* Most mounts carried under a run's fresh /tmp and /dev/shm. */
+#define SBX_MAX_CARRY 32
+
 /* What the zygote needs to build runs; lives in the zygote's memory. */
 struct sbx_zygote_cfg {
 	int ctl_fd;
+	const char *carry[SBX_MAX_CARRY + 1]; /* inside paths to re-attach, NULL-ended */
 	const struct sock_fprog *seccomp;
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
@@ -81,16 +93,18 @@ struct sbx_zygote_cfg {
 int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
 		     sbx_err *err);
 /* Child side of a run (rootfs.c): per-run mounts in init's mount ns. */
-int sbx_rootfs_run_mounts(uint64_t tmp_bytes, uint64_t shm_bytes, sbx_err *err);
+int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err);
+/* Is an inside path below the per-run /tmp or /dev/shm? */
+bool sbx_rootfs_is_scratch(const char *path);
 
 /* The zygote's loop (zygote.c); never returns. */
 __attribute__((noreturn)) void sbx_zygote_main(const struct sbx_zygote_cfg *cfg);
 
-/* sbx-init (init.c): PID 1 of a run; never returns.  fds are the four
- * passed by the host (stdin, stdout, stderr, status). */
-__attribute__((noreturn)) void sbx_init_main(const struct sbx_zygote_cfg *cfg, int fds[4],
-					     const struct sbx_proto_run *req,
-					     const char *payload);
+/* sbx-init (init.c): PID 1 of a run; never returns.  It is started ahead
+ * of the request: it makes the run's mounts and forks a workload that drops
+ * every privilege, then both wait until the zygote passes the request on
+ * over sock. */
+__attribute__((noreturn)) void sbx_init_main(const struct sbx_zygote_cfg *cfg, int sock);
 
 /* Write a status record; used by init and the workload before exec. */
 void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t timed_out,

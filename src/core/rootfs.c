@@ -33,6 +33,9 @@
 
 #include "internal.h"
 
+static int sys_open_tree(const char *path, unsigned int flags);
+static int sys_move_mount(int from_fd, const char *to);
+
 #define OLD "/oldroot"
 #define NEW "/newroot"
 
@@ -343,34 +346,72 @@ static int sys_move_mount(int from_fd, const char *to)
 	return (int)syscall(SYS_move_mount, from_fd, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH);
 }
 
-int sbx_rootfs_run_mounts(uint64_t tmp_bytes, uint64_t shm_bytes, sbx_err *err)
+/* Is an inside path covered by the per-run /tmp or /dev/shm? */
+bool sbx_rootfs_is_scratch(const char *path)
 {
-	char data[64];
+	return !strncmp(path, "/tmp/", 5) || !strncmp(path, "/dev/shm/", 9);
+}
 
-	/* Detach a copy of the work dir mount before /tmp is covered. */
-	int work = sys_open_tree(SBX_SANDBOX_WORKDIR, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-	if (work < 0)
-		return FAIL("open_tree work dir: %s", strerror(errno));
-	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)tmp_bytes);
-	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0) {
-		close(work);
-		return FAIL("mount /tmp: %s", strerror(errno));
+int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
+{
+	int carried[SBX_MAX_CARRY];
+	size_t n = 0;
+	char data[64];
+	int rc = -1;
+
+	/* Detach a copy of every mount the fresh /tmp and /dev/shm will cover
+	 * (the work dir, binds below them), then unmount the originals so
+	 * they do not linger underneath. */
+	for (; cfg->carry[n]; n++) {
+		carried[n] = sys_open_tree(cfg->carry[n], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+		if (carried[n] < 0) {
+			FAIL("open_tree %s: %s", cfg->carry[n], strerror(errno));
+			goto out;
+		}
 	}
-	if (mkdir(SBX_SANDBOX_WORKDIR, 0755) != 0 || sys_move_mount(work, SBX_SANDBOX_WORKDIR) != 0) {
-		close(work);
-		return FAIL("attach work dir: %s", strerror(errno));
+	for (size_t i = n; i-- > 0;)
+		umount2(cfg->carry[i], MNT_DETACH);
+	/* A proc of the run's own PID namespace.  The kernel mounts a new
+	 * proc only where one is fully visible already, so mount it aside,
+	 * drop the session's, and move the new one in. */
+	if (mount("proc", "/dev/shm", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
+	    umount2("/proc", MNT_DETACH) != 0 || mount("/dev/shm", "/proc", NULL, MS_MOVE, NULL) != 0) {
+		FAIL("mount /proc: %s", strerror(errno));
+		goto out;
 	}
-	close(work);
-	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)shm_bytes);
-	if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0)
-		return FAIL("mount /dev/shm: %s", strerror(errno));
-	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-		return FAIL("mount /proc: %s", strerror(errno));
 	/* Kernel knobs stay read-only even for code that regains a privilege. */
 	if (bind_mount("/proc/sys", "/proc/sys", false, false, err) < 0)
-		return -1;
+		goto out;
 	if (access("/proc/sysrq-trigger", F_OK) == 0 &&
 	    bind_mount("/proc/sysrq-trigger", "/proc/sysrq-trigger", false, false, err) < 0)
-		return -1;
-	return 0;
+		goto out;
+	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)cfg->tmp_bytes);
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0) {
+		FAIL("mount /tmp: %s", strerror(errno));
+		goto out;
+	}
+	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)cfg->shm_bytes);
+	if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0) {
+		FAIL("mount /dev/shm: %s", strerror(errno));
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct stat st;
+		char parent[PATH_MAX];
+		snprintf(parent, sizeof(parent), "%s", cfg->carry[i]);
+		*strrchr(parent, '/') = '\0';
+		if (fstat(carried[i], &st) != 0 || mkdirs(parent, 0755) != 0 ||
+		    (S_ISDIR(st.st_mode) ? mkdir(cfg->carry[i], 0755)
+					 : mknod(cfg->carry[i], S_IFREG | 0644, 0)) != 0 ||
+		    sys_move_mount(carried[i], cfg->carry[i]) != 0) {
+			FAIL("attach %s: %s", cfg->carry[i], strerror(errno));
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	for (size_t i = 0; i < n; i++)
+		if (carried[i] >= 0)
+			close(carried[i]);
+	return rc;
 }

@@ -101,33 +101,11 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 static int send_request(int ctl, const struct sbx_proto_run *req, const char *payload,
 			const int fds[4], sbx_err *err)
 {
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov[2] = {{(void *)req, sizeof(*req)}, {(void *)payload, req->payload_len}};
-	struct msghdr mh;
-
-	memset(&mh, 0, sizeof(mh));
-	memset(&u, 0, sizeof(u));
-	mh.msg_iov = iov;
-	mh.msg_iovlen = 2;
-	mh.msg_control = u.buf;
-	mh.msg_controllen = sizeof(u.buf);
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(4 * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, 4 * sizeof(int));
-	ssize_t n;
-	while ((n = sendmsg(ctl, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	if (n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN))
+	if (sbx_proto_send_run(ctl, req, payload, fds) == 0)
+		return 0;
+	if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
-	if (n < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "send run request: %s",
-				   strerror(errno));
-	return 0;
+	return sbx_err_set(err, SBX_E_EXECUTION, errno, "send run request: %s", strerror(errno));
 }
 
 static int recv_reply(int ctl, struct sbx_proto_reply *rep, int *pidfd, sbx_err *err)

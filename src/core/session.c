@@ -214,7 +214,13 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	snprintf(ready.msg, sizeof(ready.msg), "%s", err.msg);
 	if (send(ctl_fd, &ready, sizeof(ready), MSG_NOSIGNAL) < 0 || err.kind != SBX_E_NONE)
 		_exit(1);
+	memset(&cfg, 0, sizeof(cfg));
 	cfg.ctl_fd = ctl_fd;
+	size_t nc = 0;
+	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
+	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
+		if (sbx_rootfs_is_scratch(o->binds[i].path))
+			cfg.carry[nc++] = o->binds[i].path;
 	cfg.seccomp = prog;
 	cfg.tmp_bytes = o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES;
 	cfg.shm_bytes = o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES;
@@ -254,6 +260,22 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "backend '%s' is not provided by this core",
 				   o->backend ? o->backend : "(null)"),
+		       NULL;
+	for (size_t i = 0; i < o->n_binds; i++) {
+		const char *p = o->binds[i].path;
+		if (!p || p[0] != '/' || strstr(p, "/../") || !strcmp(p, "/tmp") ||
+		    !strcmp(p, "/dev/shm") || !strcmp(p, SBX_SANDBOX_WORKDIR) ||
+		    !strncmp(p, SBX_SANDBOX_WORKDIR "/", strlen(SBX_SANDBOX_WORKDIR) + 1) ||
+		    strlen(p) >= PATH_MAX - 16)
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+					   "bind path '%s' is not allowed (absolute, normalized, not "
+					   "/tmp, /dev/shm or the work dir)",
+					   p ? p : "(null)"),
+			       NULL;
+	}
+	if (o->n_binds >= SBX_MAX_CARRY)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "at most %d extra paths",
+				   SBX_MAX_CARRY - 1),
 		       NULL;
 	s = calloc(1, sizeof(*s));
 	if (!s)

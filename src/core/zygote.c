@@ -4,8 +4,10 @@
  * Building namespaces and a root filesystem costs milliseconds; forking a
  * process that already sits inside them costs tens of microseconds.  The
  * zygote is that process: it waits on the control socket, clones one
- * sbx-init per run request into a fresh PID + mount namespace, answers with
- * the init's pidfd and reaps what exits.  It ends when the host closes the
+ * sbx-init into a fresh PID + mount namespace ahead of each request (so the
+ * run's mounts and privilege drop are paid while the session is idle),
+ * passes the request on to it, answers with the init's pidfd and reaps what
+ * exits.  It ends when the host closes the
  * socket, dies, or the session's lifetime passes; as PID 1 of the session's
  * PID namespace, its end is the end of every process in the session.
  */
@@ -58,68 +60,73 @@ static void reply(int ctl, int err_no, pid_t pid, int pidfd, const char *msg)
 		;
 }
 
-/* Receive one request; returns 0 on a request, 1 on EOF, -1 on garbage
- * (fds received with garbage are closed). */
-static int receive(int ctl, struct sbx_proto_run *req, char *payload, int fds[4])
-{
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov[2] = {{req, sizeof(*req)}, {payload, SBX_PROTO_MAX_PAYLOAD}};
-	struct msghdr mh;
-	int nfds = 0;
+/* The next run's init, started ahead of its request. */
+struct warm {
+	pid_t pid;
+	int pidfd;
+	int sock;
+};
 
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = iov;
-	mh.msg_iovlen = 2;
-	mh.msg_control = u.buf;
-	mh.msg_controllen = sizeof(u.buf);
-	ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
-	if (n == 0)
-		return 1;
-	if (n < 0)
-		return errno == EINTR || errno == EAGAIN ? 2 : 1;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		int cnt = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		for (int i = 0; i < cnt; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (nfds < 4)
-				fds[nfds++] = fd;
-			else
-				close(fd);
-		}
-	}
-	if ((size_t)n < sizeof(*req) || req->magic != SBX_PROTO_MAGIC || nfds != 4 ||
-	    req->payload_len != (size_t)n - sizeof(*req) || req->argc == 0 ||
-	    (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    (req->payload_len > 0 && payload[req->payload_len - 1] != '\0')) {
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
-		return -1;
-	}
-	return 0;
+static void warm_drop(struct warm *w)
+{
+	if (w->sock >= 0)
+		close(w->sock);
+	if (w->pidfd >= 0)
+		close(w->pidfd);
+	w->pid = -1;
+	w->sock = w->pidfd = -1;
 }
 
-static void start_run(const struct sbx_zygote_cfg *cfg, const struct sbx_proto_run *req,
-		      const char *payload, int fds[4])
+static void warm_start(const struct sbx_zygote_cfg *cfg, struct warm *w)
 {
-	int pidfd = -1;
-	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd);
+	int sp[2];
 
-	if (pid == 0)
-		sbx_init_main(cfg, fds, req, payload);
-	for (int i = 0; i < 4; i++)
-		close(fds[i]);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+		return;
+	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &w->pidfd);
+	if (pid == 0) {
+		close(sp[0]);
+		sbx_init_main(cfg, sp[1]);
+	}
+	close(sp[1]);
 	if (pid < 0) {
-		reply(cfg->ctl_fd, errno, 0, -1, "clone run namespaces failed");
+		close(sp[0]);
+		w->pidfd = -1;
 		return;
 	}
-	reply(cfg->ctl_fd, 0, pid, pidfd, NULL);
-	close(pidfd);
+	w->pid = pid;
+	w->sock = sp[0];
+}
+
+/* Hand the request to the warm init (starting one if there is none, or
+ * again if the one we had died), answer the host with its pidfd. */
+static void start_run(const struct sbx_zygote_cfg *cfg, struct warm *w,
+		      const struct sbx_proto_run *req, const char *payload, int fds[4])
+{
+	int err_no = 0;
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (w->pid < 0)
+			warm_start(cfg, w);
+		if (w->pid < 0) {
+			err_no = errno;
+			break;
+		}
+		if (sbx_proto_send_run(w->sock, req, payload, fds) == 0) {
+			reply(cfg->ctl_fd, 0, w->pid, w->pidfd, NULL);
+			err_no = 0;
+			break;
+		}
+		err_no = errno;
+		kill(w->pid, SIGKILL);
+		warm_drop(w);
+	}
+	if (err_no)
+		reply(cfg->ctl_fd, err_no, 0, -1, "start the run's init");
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+	/* The warm init now belongs to this run; the zygote still reaps it. */
+	warm_drop(w);
 }
 
 void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
@@ -129,6 +136,7 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 	sigset_t mask;
 	int fds[4];
 	struct timespec t0;
+	struct warm w = {-1, -1, -1};
 
 	prctl(PR_SET_NAME, "sbx-zygote");
 	prctl(PR_SET_DUMPABLE, 0);
@@ -140,6 +148,8 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 
 	for (;;) {
 		struct pollfd pfd[2] = {{cfg->ctl_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+		if (w.pid < 0)
+			warm_start(cfg, &w);
 		int timeout = -1;
 		if (cfg->lifetime_ms) {
 			struct timespec now;
@@ -156,11 +166,13 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 			struct signalfd_siginfo si;
 			while (read(sfd, &si, sizeof(si)) == sizeof(si))
 				;
-			while (waitpid(-1, NULL, WNOHANG) > 0)
-				;
+			pid_t p;
+			while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
+				if (p == w.pid)
+					warm_drop(&w);
 		}
 		if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-			int rc = receive(cfg->ctl_fd, &req, payload, fds);
+			int rc = sbx_proto_recv_run(cfg->ctl_fd, &req, payload, fds);
 			if (rc == 1)
 				_exit(0);
 			if (rc == 2)
@@ -169,7 +181,7 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 				reply(cfg->ctl_fd, EINVAL, 0, -1, "malformed run request");
 				continue;
 			}
-			start_run(cfg, &req, payload, fds);
+			start_run(cfg, &w, &req, payload, fds);
 		}
 	}
 }
