@@ -13,7 +13,9 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
@@ -27,6 +29,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -39,6 +42,7 @@ struct sbx_session {
 	pid_t zygote;
 	int ctl_fd;
 	int work_fd;
+	int lock_fd;        /* flock'd while the session lives */
 	uid_t host_uid;
 	gid_t host_gid;
 	bool pinned;
@@ -113,6 +117,43 @@ static const char *default_state_dir(char *buf, size_t len)
 	return buf;
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
+
+/*
+ * A session dir holds a "lock" file its session keeps flock'd.  A lock we
+ * can take belongs to a session whose process died (kill -9, crash): its
+ * processes died with it (the zygote has PDEATHSIG), so remove what it left.
+ */
+static void sweep_stale(const char *sessions)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(sessions);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || strlen(de->d_name) != 32)
+			continue;
+		snprintf(path, sizeof(path), "%.4000s/%s/lock", sessions, de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		struct stat st;
+		/* No lock yet: a session being created right now, unless old. */
+		if (fd < 0 && (errno != ENOENT || fstatat(dirfd(d), de->d_name, &st, 0) != 0 ||
+			       time(NULL) - st.st_mtime < 60))
+			continue;
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			close(fd);
+			continue;
+		}
+		snprintf(path, sizeof(path), "%.4000s/%s", sessions, de->d_name);
+		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(d);
+}
+
 static int prepare_work_dir(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 {
 	char buf[PATH_MAX], sessions[PATH_MAX];
@@ -152,7 +193,15 @@ static int prepare_work_dir(sbx_session *s, const sbx_session_opts *o, sbx_err *
 			    (int)sizeof(s->work_dir))
 			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
 					   "state_dir %s: path too long", state);
-		if (mkdir(s->session_dir, 0711) != 0 || mkdir(s->work_dir, 0700) != 0)
+		sweep_stale(sessions);
+		if (mkdir(s->session_dir, 0711) != 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
+					   s->session_dir, strerror(errno));
+		char lock[PATH_MAX];
+		snprintf(lock, sizeof(lock), "%.4000s/lock", s->session_dir);
+		s->lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0 ||
+		    mkdir(s->work_dir, 0700) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
 					   s->work_dir, strerror(errno));
 	}
@@ -281,7 +330,7 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	if (!s)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	s->zygote = -1;
-	s->ctl_fd = s->work_fd = -1;
+	s->ctl_fd = s->work_fd = s->lock_fd = -1;
 	if (geteuid() == 0) {
 		s->host_uid = o->host_uid ? o->host_uid : SBX_DEFAULT_HOST_UID;
 		s->host_gid = (gid_t)s->host_uid;
@@ -360,6 +409,8 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	    nftw(s->session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
 		rc = sbx_err_set(err, SBX_E_EXECUTION, errno, "remove %s: %s", s->session_dir,
 				 strerror(errno));
+	if (s->lock_fd >= 0)
+		close(s->lock_fd);
 	free(s);
 	return rc;
 }
