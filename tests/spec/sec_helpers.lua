@@ -1,0 +1,515 @@
+-- sec_helpers.lua: shared tools of the isolation specs (isolation_spec,
+-- lifetime_spec, files_attack_spec).  They look at the sandbox from the
+-- host side: host processes, namespaces and mounts, helper programs compiled
+-- on the host with gcc and copied into a session's work dir, and listeners
+-- on the host's 127.0.0.1 that a sandbox must not reach.
+--
+-- Specs load it with:
+--   local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+--   local H = dofile(here .. "sec_helpers.lua")
+
+local ffi = require "ffi"
+
+local M = {}
+
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+-- The repo root, as an absolute path (the specs may be run from anywhere).
+M.ROOT = (function()
+  local p = io.popen("cd '" .. here .. "../..' && pwd")
+  local root = p:read("*l")
+  p:close()
+  return root
+end)()
+
+-- Other specs may declare the same C functions: a redefinition must not
+-- break this file, so declare each one on its own and ignore "redefined".
+for _, decl in ipairs {
+  "int setenv(const char *name, const char *value, int overwrite);",
+  "int unsetenv(const char *name);",
+  "long readlink(const char *path, char *buf, size_t size);",
+  "int usleep(unsigned int usec);",
+  "int getpid(void);",
+  "int kill(int pid, int sig);",
+  [[typedef struct { long tv_sec; long tv_nsec; } sbx_sec_timespec;]],
+  "int clock_gettime(int clk, sbx_sec_timespec *ts);",
+} do
+  pcall(ffi.cdef, decl)
+end
+
+-- Milliseconds on CLOCK_MONOTONIC.
+function M.now_ms()
+  local ts = ffi.new("sbx_sec_timespec")
+  ffi.C.clock_gettime(1, ts)
+  return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+end
+
+function M.sleep(seconds)
+  ffi.C.usleep(math.floor(seconds * 1e6))
+end
+
+function M.setenv(name, value)
+  ffi.C.setenv(name, value, 1)
+end
+
+function M.unsetenv(name)
+  ffi.C.unsetenv(name)
+end
+
+function M.getpid()
+  return ffi.C.getpid()
+end
+
+-- readlink(2) on the host; nil when the link is gone (process exited).
+function M.readlink(path)
+  local buf = ffi.new("char[4096]")
+  local n = ffi.C.readlink(path, buf, 4096)
+  if n < 0 then
+    return nil
+  end
+  return ffi.string(buf, n)
+end
+
+-- Quote a string for /bin/sh.
+function M.q(s)
+  return "'" .. tostring(s):gsub("'", [['\'']]) .. "'"
+end
+
+-- Run a host shell command; returns its stdout (stderr too when merge) and
+-- its exit code (LuaJIT's pclose does not give it, so the command prints it).
+function M.sh(cmd, merge)
+  local p = io.popen("( " .. cmd .. "\n) " .. (merge and "2>&1" or "") .. "; echo \"__rc=$?\"")
+  local out = p:read("*a")
+  p:close()
+  local body, rc = out:match("^(.-)__rc=(%d+)\n?$")
+  return body or out, tonumber(rc)
+end
+
+function M.read_file(path)
+  local f = io.open(path, "rb")
+  if not f then
+    return nil
+  end
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+function M.write_file(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+function M.exists(path)
+  local _, rc = M.sh("test -e " .. M.q(path) .. " || test -L " .. M.q(path))
+  return rc == 0
+end
+
+-- A fresh host temp dir (mode 0755), removed by M.rmtree.
+function M.mktemp_dir(tag)
+  local out = M.sh("d=$(mktemp -d /tmp/sbx-sec-" .. (tag or "t") .. ".XXXXXX) && chmod 755 \"$d\" && echo \"$d\"")
+  return (out:match("(%S+)"))
+end
+
+function M.rmtree(path)
+  if path and path:match("^/tmp/sbx%-sec%-") then
+    M.sh("rm -rf " .. M.q(path))
+  end
+end
+
+-- A random-ish token, unique per call, for markers that must not collide
+-- with other processes on the machine.
+local counter = 0
+function M.token()
+  counter = counter + 1
+  return string.format("%d%d%04d", M.getpid(), math.floor(M.now_ms()) % 100000, counter)
+end
+
+-- Open a userns session (the backend under test).
+function M.session(opts)
+  opts = opts or {}
+  opts.backend = opts.backend or "userns"
+  return require("sbx").session(opts)
+end
+
+-- Call f(...) and return the error table it raised (nil when it did not).
+function M.raised(f, ...)
+  local ok, err = pcall(f, ...)
+  if ok then
+    return nil
+  end
+  return err
+end
+
+function M.errkind(err)
+  if type(err) == "table" then
+    return err.kind
+  end
+  return "non-table error: " .. tostring(err)
+end
+
+-- Run Python 3 code in the sandbox (through the shell, so this does not
+-- depend on script_type).
+function M.py(s, code, opts)
+  return s:exec("python3 - <<'SBX_SEC_PY'\n" .. code .. "\nSBX_SEC_PY\n", opts)
+end
+
+-- Describe a result for assertion messages.
+function M.show(r)
+  return string.format("rc=%s\nstdout=%s\nstderr=%s", tostring(r.returncode),
+    tostring(r.stdout), tostring(r.stderr))
+end
+
+-- Lines of text as a list.
+function M.lines(text)
+  local t = {}
+  for l in (text or ""):gmatch("[^\n]+") do
+    t[#t + 1] = l
+  end
+  return t
+end
+
+-- A list as a set.
+function M.set(list)
+  local t = {}
+  for _, v in ipairs(list) do
+    t[v] = true
+  end
+  return t
+end
+
+-- "RESULT <name> <outcome>" lines into { name = outcome }.
+function M.results(text)
+  local t = {}
+  for name, outcome in (text or ""):gmatch("RESULT%s+(%S+)%s+(%S+)") do
+    t[name] = outcome
+  end
+  return t
+end
+
+-- ---- helper programs -------------------------------------------------------
+
+local bin_dir
+-- Compile tests/security/helpers/<name>.c (helper-1's), else
+-- tests/security/progs/<name>.c, once per busted process; returns the path
+-- of the host binary.
+function M.compile(name)
+  bin_dir = bin_dir or M.mktemp_dir("bin")
+  local out = bin_dir .. "/" .. name
+  if M.exists(out) then
+    return out
+  end
+  local src
+  for _, dir in ipairs { "tests/security/helpers/", "tests/security/progs/" } do
+    local cand = M.ROOT .. "/" .. dir .. name .. ".c"
+    if M.exists(cand) then
+      src = cand
+      break
+    end
+  end
+  assert(src, "no source for helper program " .. name)
+  local log, rc = M.sh("gcc -O1 -o " .. M.q(out) .. " " .. M.q(src), true)
+  assert(rc == 0, "gcc failed for " .. src .. ":\n" .. log)
+  return out
+end
+
+-- Copy a host file into the session's work dir as an executable owned by
+-- the work dir's owner (the sandbox user); returns its name inside.
+function M.install(s, name, host_path)
+  host_path = host_path or M.compile(name)
+  local dst = s.work_dir .. "/" .. name
+  local uid = M.owner(s.work_dir)
+  local log, rc = M.sh(string.format("cp %s %s && chown %s:%s %s && chmod 0755 %s",
+    M.q(host_path), M.q(dst), uid, M.group(s.work_dir), M.q(dst), M.q(dst)), true)
+  assert(rc == 0, "install " .. name .. ": " .. log)
+  return "./" .. name
+end
+
+function M.owner(path)
+  return tonumber((M.sh("stat -c %u " .. M.q(path))))
+end
+
+function M.group(path)
+  return tonumber((M.sh("stat -c %g " .. M.q(path))))
+end
+
+-- ---- host processes and namespaces -----------------------------------------
+
+function M.host_pids()
+  local pids = {}
+  local p = io.popen("ls /proc")
+  for name in p:lines() do
+    if name:match("^%d+$") then
+      pids[#pids + 1] = tonumber(name)
+    end
+  end
+  p:close()
+  return pids
+end
+
+-- The command line of a host process, arguments joined by spaces.
+function M.cmdline(pid)
+  local c = M.read_file("/proc/" .. pid .. "/cmdline")
+  return c and (c:gsub("%z$", ""):gsub("%z", " "))
+end
+
+-- Host pids whose whole command line is exactly cmd ("sleep 123"): unlike
+-- procs_matching, a shell whose script mentions cmd does not count.
+function M.procs_exact(cmd)
+  local t = {}
+  for _, pid in ipairs(M.host_pids()) do
+    if M.cmdline(pid) == cmd then
+      t[#t + 1] = pid
+    end
+  end
+  return t
+end
+
+-- Host pids whose command line contains marker (plain text).
+function M.procs_matching(marker)
+  local t = {}
+  for _, pid in ipairs(M.host_pids()) do
+    local c = M.cmdline(pid)
+    if c and c:find(marker, 1, true) then
+      t[#t + 1] = pid
+    end
+  end
+  return t
+end
+
+-- Host pids whose namespace of this kind is ns ("user:[4026532...]").
+function M.procs_in_ns(kind, ns)
+  local t = {}
+  for _, pid in ipairs(M.host_pids()) do
+    if M.readlink("/proc/" .. pid .. "/ns/" .. kind) == ns then
+      t[#t + 1] = pid
+    end
+  end
+  return t
+end
+
+-- Describe pids with their command lines, for messages.
+function M.describe(pids)
+  local t = {}
+  for _, pid in ipairs(pids) do
+    t[#t + 1] = pid .. ": " .. tostring(M.cmdline(pid))
+  end
+  return table.concat(t, "\n")
+end
+
+-- Poll until f() is true or seconds pass; returns f()'s last value.
+function M.wait_for(seconds, f)
+  local deadline = M.now_ms() + seconds * 1000
+  local v = f()
+  while not v and M.now_ms() < deadline do
+    M.sleep(0.02)
+    v = f()
+  end
+  return v
+end
+
+-- The session's user namespace as seen from a run.
+function M.session_userns(s)
+  local r = s:exec("readlink /proc/self/ns/user")
+  assert(r.returncode == 0, M.show(r))
+  return (r.stdout:match("(user:%[%d+%])"))
+end
+
+-- ---- host listeners --------------------------------------------------------
+
+-- A TCP listener on the host's 127.0.0.1 (port chosen by the kernel) that
+-- logs every accepted connection to a file.  Only 127.0.0.1 is touched.
+function M.tcp_listener()
+  local dir = M.mktemp_dir("lsn")
+  local log = dir .. "/accepted"
+  local code = [[
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+s.listen(16)
+print(s.getsockname()[1], flush=True)
+while True:
+    c, a = s.accept()
+    with open(sys.argv[1], "a") as f:
+        f.write("%s:%d\n" % a)
+    c.sendall(b"HOST-LISTENER\n")
+    c.close()
+]]
+  M.write_file(dir .. "/lsn.py", code)
+  local out = M.sh("/usr/bin/python3 " .. M.q(dir .. "/lsn.py") .. " " .. M.q(log)
+    .. " >" .. M.q(dir .. "/port") .. " 2>/dev/null & echo $!")
+  local pid = tonumber(out:match("%d+"))
+  local port = M.wait_for(5, function()
+    local p = M.read_file(dir .. "/port")
+    return p and tonumber(p:match("%d+"))
+  end)
+  assert(port, "host listener did not start")
+  return {
+    port = port,
+    pid = pid,
+    accepted = function()
+      return M.read_file(log) or ""
+    end,
+    stop = function()
+      ffi.C.kill(pid, 9)
+      M.sh("wait " .. pid .. " 2>/dev/null")
+      M.rmtree(dir)
+    end,
+  }
+end
+
+-- A unix stream socket listener on the host, logging accepted connections.
+-- addr is a filesystem path, or "@name" for an abstract name (abstract names
+-- are scoped by network namespace).  A sandbox must reach neither.
+function M.unix_listener(addr)
+  local dir = M.mktemp_dir("unix")
+  local log = dir .. "/accepted"
+  M.write_file(dir .. "/unix.py", [[
+import os, socket, sys
+addr = sys.argv[1]
+if addr.startswith("@"):
+    addr = "\0" + addr[1:]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(addr)
+if not addr.startswith("\0"):
+    os.chmod(addr, 0o777)
+s.listen(16)
+print("ready", flush=True)
+while True:
+    c, _ = s.accept()
+    with open(sys.argv[2], "a") as f:
+        f.write("accepted\n")
+    c.close()
+]])
+  local out = M.sh("/usr/bin/python3 " .. M.q(dir .. "/unix.py") .. " " .. M.q(addr) .. " "
+    .. M.q(log) .. " >" .. M.q(dir .. "/ready") .. " 2>/dev/null & echo $!")
+  local pid = tonumber(out:match("%d+"))
+  assert(M.wait_for(5, function()
+    return (M.read_file(dir .. "/ready") or ""):find("ready")
+  end), "unix listener did not start on " .. addr)
+  return {
+    pid = pid,
+    accepted = function()
+      return M.read_file(log) or ""
+    end,
+    stop = function()
+      ffi.C.kill(pid, 9)
+      if addr:sub(1, 1) ~= "@" then
+        os.remove(addr)
+      end
+      M.rmtree(dir)
+    end,
+  }
+end
+
+-- Connect to a host unix socket from the host (the positive control).
+function M.host_unix_connect(addr)
+  local code = "import socket,sys\na=sys.argv[1]\nif a.startswith('@'): a='\\0'+a[1:]\n"
+    .. "s=socket.socket(socket.AF_UNIX);s.connect(a);print('connected')"
+  local out = M.sh("/usr/bin/python3 -c " .. M.q(code) .. " " .. M.q(addr), true)
+  return out:find("connected") ~= nil, out
+end
+
+-- Connect to the host's 127.0.0.1:port from the host (the positive control).
+function M.host_tcp_connect(port)
+  local code = "import socket,sys\ns=socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=2)\n"
+    .. "print(s.recv(100).decode().strip())"
+  local out = M.sh("/usr/bin/python3 -c " .. M.q(code) .. " " .. port, true)
+  return out:find("HOST%-LISTENER") ~= nil, out
+end
+
+-- Remove what this instance of the helpers left in /tmp.
+function M.cleanup()
+  M.rmtree(bin_dir)
+  bin_dir = nil
+end
+
+-- ---- child sbxlua processes ------------------------------------------------
+
+-- The sbxlua running these specs (build/ or build-test/, whichever), so
+-- child processes use the same build.
+M.SBXLUA = (function()
+  local exe = M.readlink("/proc/self/exe")
+  if exe and exe:match("/sbxlua$") then
+    return exe
+  end
+  return M.ROOT .. "/build/bin/sbxlua"
+end)()
+
+-- Run Lua code in a separate sbxlua, killed after timeout_s: for cases that
+-- could hang the test process (a blocking read) or that kill the host side.
+-- Returns stdout+stderr and the exit code (137 when killed by the timeout).
+function M.run_child(code, timeout_s)
+  local dir = M.mktemp_dir("child")
+  M.write_file(dir .. "/child.lua", code)
+  local out, rc = M.sh(string.format("cd %s && timeout -s KILL %d %s %s",
+    M.q(M.ROOT), timeout_s, M.q(M.SBXLUA), M.q(dir .. "/child.lua")), true)
+  M.rmtree(dir)
+  return out, rc
+end
+
+-- Start Lua code in a separate sbxlua in the background; its output goes to
+-- a file.  Returns { pid, output(), kill(sig), dir }.
+function M.spawn_child(code)
+  local dir = M.mktemp_dir("child")
+  M.write_file(dir .. "/child.lua", code)
+  local out = M.sh(string.format("cd %s && { %s %s >%s 2>&1 & echo $!; }", M.q(M.ROOT),
+    M.q(M.SBXLUA), M.q(dir .. "/child.lua"), M.q(dir .. "/out")))
+  local pid = tonumber(out:match("%d+"))
+  return {
+    pid = pid,
+    dir = dir,
+    output = function()
+      return M.read_file(dir .. "/out") or ""
+    end,
+    kill = function(sig)
+      ffi.C.kill(pid, sig or 9)
+    end,
+  }
+end
+
+-- ---- mounts ----------------------------------------------------------------
+
+-- Undo the octal escapes of /proc/*/mountinfo paths.
+local function unescape(s)
+  return (s:gsub("\\(%d%d%d)", function(o)
+    return string.char(tonumber(o, 8))
+  end))
+end
+
+-- Parse /proc/<pid>/mountinfo text into a list of
+-- { id, parent, root, mountpoint, opts = set, optional = list, fstype, source, super = set }.
+function M.parse_mountinfo(text)
+  local mounts = {}
+  for line in (text or ""):gmatch("[^\n]+") do
+    local pre, post = line:match("^(.-) %- (.*)$")
+    if pre then
+      local f = {}
+      for w in pre:gmatch("%S+") do
+        f[#f + 1] = w
+      end
+      local g = {}
+      for w in post:gmatch("%S+") do
+        g[#g + 1] = w
+      end
+      local m = {
+        id = f[1], parent = f[2], root = unescape(f[4]), mountpoint = unescape(f[5]),
+        opts = {}, optional = {}, fstype = g[1], source = g[2], super = {}, line = line,
+      }
+      for o in f[6]:gmatch("[^,]+") do
+        m.opts[o] = true
+      end
+      for i = 7, #f do
+        m.optional[#m.optional + 1] = f[i]
+      end
+      for o in (g[3] or ""):gmatch("[^,]+") do
+        m.super[o] = true
+      end
+      mounts[#mounts + 1] = m
+    end
+  end
+  return mounts
+end
+
+return M
