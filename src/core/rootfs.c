@@ -374,7 +374,8 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 	/* A proc of the run's own PID namespace.  The kernel mounts a new
 	 * proc only where one is fully visible already, so mount it aside,
 	 * drop the session's, and move the new one in. */
-	if (mount("proc", "/dev/shm", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
+	if (mount("proc", "/dev/shm", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
+		    0 ||
 	    umount2("/proc", MNT_DETACH) != 0 || mount("/dev/shm", "/proc", NULL, MS_MOVE, NULL) != 0) {
 		FAIL("mount /proc: %s", strerror(errno));
 		goto out;
