@@ -1,0 +1,549 @@
+-- sbx.options: validating and normalizing session and run options.
+--
+-- Everything a caller passes to sbx.session{} and s:run() goes through
+-- here before it reaches the C core.  Wrong names, types and values raise
+-- InvalidArgument naming the option; what the policy forbids raises
+-- PolicyDenied naming the rule; what this build cannot enforce raises
+-- BackendUnavailable.  Nothing is silently dropped: an option we cannot
+-- honour (a resource ceiling without cgroups, a network mode not built yet)
+-- fails closed instead of being ignored.
+--
+-- It also holds the lexical path helpers the policy loader shares.
+
+local errors = require "sbx.errors"
+local presets = require "sbx.presets"
+
+local M = {}
+
+-- The work dir as every run sees it.
+M.SANDBOX_WORKDIR = "/tmp/sandbox-work"
+-- MAX_ARG_STRLEN: the kernel refuses a single argv/env string this long.
+M.MAX_ARG_BYTES = 128 * 1024
+-- The environment of every run before the caller's env is merged on top.
+M.DEFAULT_ENV = {
+  PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  HOME = M.SANDBOX_WORKDIR,
+  LANG = "C.UTF-8",
+  USER = "sandbox",
+  LOGNAME = "sandbox",
+}
+M.BACKENDS = { "userns", "privileged", "bubblewrap", "none" }
+M.NETWORK_MODES = { blocked = 1, allowlist = 2, open = 3 } -- value: how wide
+
+M.SESSION_KEYS = {
+  "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
+  "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
+  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir",
+}
+M.RUN_KEYS = {
+  "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
+  "network_allowlist", "timeout_s",
+}
+
+local function invalid(option, fmt, ...)
+  errors.raise(errors.InvalidArgument(option, fmt:format(...)))
+end
+
+local function denied(rule, fmt, ...)
+  errors.raise(errors.PolicyDenied(rule, fmt:format(...)))
+end
+
+local function describe(v)
+  if type(v) == "string" then return ("%q"):format(#v > 60 and v:sub(1, 60) .. "..." or v) end
+  return type(v) == "table" and "a table" or tostring(v)
+end
+
+-- ---- lexical paths ----
+
+-- normalize(path) -> path without "//", "." or a trailing "/", and whether
+-- it has ".." components (left in place: only the caller knows what they
+-- are relative to).  Purely lexical: symlinks are not looked at.
+function M.normalize(path)
+  local abs = path:sub(1, 1) == "/"
+  local parts, dotdot = {}, false
+  for part in path:gmatch("[^/]+") do
+    if part == ".." then dotdot = true end
+    if part ~= "." then parts[#parts + 1] = part end
+  end
+  local out = table.concat(parts, "/")
+  if abs then out = "/" .. out elseif out == "" then out = "." end
+  return out, dotdot
+end
+
+-- resolve_dotdot(abs) -> abs with ".." applied, and whether it tried to
+-- climb above "/".
+function M.resolve_dotdot(abs)
+  local parts, above = {}, false
+  for part in abs:gmatch("[^/]+") do
+    if part == ".." then
+      if #parts == 0 then above = true else parts[#parts] = nil end
+    elseif part ~= "." then
+      parts[#parts + 1] = part
+    end
+  end
+  return "/" .. table.concat(parts, "/"), above
+end
+
+-- is_under(path, dir) -> true when path lies strictly below dir.
+function M.is_under(path, dir)
+  if dir == "/" then return path ~= "/" and path:sub(1, 1) == "/" end
+  return #path > #dir and path:sub(1, #dir + 1) == dir .. "/"
+end
+
+-- ---- value checks ----
+
+function M.check_keys(t, allowed, what)
+  local set = {}
+  for _, k in ipairs(allowed) do set[k] = true end
+  for k in pairs(t) do
+    if type(k) ~= "string" then
+      invalid(what, "option names are strings, got %s", describe(k))
+    elseif not set[k] then
+      local names = {}
+      for _, n in ipairs(allowed) do names[#names + 1] = n end
+      table.sort(names)
+      invalid(k, "unknown %s option (known: %s)", what, table.concat(names, ", "))
+    end
+  end
+end
+
+local function check_type(option, v, want)
+  if type(v) ~= want then invalid(option, "%s expected, got %s", want, describe(v)) end
+  return v
+end
+
+local function check_nonul(option, s)
+  if s:find("\0", 1, true) then invalid(option, "contains a NUL byte") end
+  return s
+end
+
+local function check_number(option, v, min_exclusive)
+  check_type(option, v, "number")
+  if v ~= v or v == math.huge or v == -math.huge then invalid(option, "a finite number expected") end
+  if min_exclusive and v <= min_exclusive then
+    invalid(option, "a number > %s expected, got %s", tostring(min_exclusive), tostring(v))
+  end
+  return v
+end
+
+local function check_integer(option, v, min)
+  check_number(option, v)
+  if v ~= math.floor(v) or v < min or v > 2 ^ 53 then
+    invalid(option, "an integer >= %d expected, got %s", min, tostring(v))
+  end
+  return v
+end
+
+-- An array of non-empty strings without NUL; returns a copy.
+local function check_list(option, v)
+  check_type(option, v, "table")
+  local n = 0
+  for k in pairs(v) do
+    if type(k) ~= "number" or k < 1 or k ~= math.floor(k) then
+      invalid(option, "an array of strings expected, found key %s", describe(k))
+    end
+    n = n + 1
+  end
+  local out = {}
+  for i = 1, n do
+    local s = v[i]
+    if type(s) ~= "string" or s == "" then
+      invalid(option, "entry %d: a non-empty string expected, got %s", i, describe(s))
+    end
+    out[i] = check_nonul(option, s)
+  end
+  return out
+end
+
+-- env tables: names non-empty without "=" or NUL, values strings without NUL.
+function M.check_env(option, v)
+  if v == nil then return {} end
+  check_type(option, v, "table")
+  local out = {}
+  for k, val in pairs(v) do
+    if type(k) ~= "string" or k == "" or k:find("[=%z]") then
+      invalid(option, "variable names are non-empty strings without '=' or NUL, got %s", describe(k))
+    end
+    if type(val) ~= "string" then
+      invalid(option, "%s: a string value expected, got %s", k, describe(val))
+    end
+    if val:find("\0", 1, true) then invalid(option, "%s: the value contains a NUL byte", k) end
+    if #k + 1 + #val >= M.MAX_ARG_BYTES then
+      invalid(option, "%s: longer than the kernel's %d-byte limit for one variable", k, M.MAX_ARG_BYTES)
+    end
+    out[k] = val
+  end
+  return out
+end
+
+-- merge_env(...) -> sorted "K=V" array of the layers, later ones winning.
+function M.merge_env(...)
+  local merged = {}
+  for i = 1, select("#", ...) do
+    for k, v in pairs((select(i, ...)) or {}) do merged[k] = v end
+  end
+  local keys = {}
+  for k in pairs(merged) do keys[#keys + 1] = k end
+  table.sort(keys)
+  local out = {}
+  for i, k in ipairs(keys) do out[i] = k .. "=" .. merged[k] end
+  return out
+end
+
+-- A host path option: absolute, no "..", no NUL; returns it normalized.
+local function check_host_path(option, v)
+  check_type(option, v, "string")
+  check_nonul(option, v)
+  if v:sub(1, 1) ~= "/" then invalid(option, "%s: an absolute host path expected", describe(v)) end
+  local norm, dotdot = M.normalize(v)
+  if dotdot then invalid(option, "%s: '..' is not allowed in paths", describe(v)) end
+  return norm
+end
+
+-- ---- session options ----
+
+local NOT_BUILT = {
+  privileged = {
+    "the privileged backend (namespaces made with CAP_SYS_ADMIN, no user namespace) is not built "
+      .. "yet; it comes with the backends issue",
+    'use backend = "userns"',
+  },
+  bubblewrap = {
+    "the bubblewrap backend (delegating to the system bwrap) is not built yet; it comes with the "
+      .. "backends issue",
+    'use backend = "userns"',
+  },
+  none = {
+    "the unisolated development backend is not built yet; once it is, a policy must list it in "
+      .. "ceilings.backends",
+    'use backend = "userns"',
+  },
+}
+
+-- Directories a pinned work dir (or state dir) may not lie in: the sandbox
+-- writes there.
+local SYSTEM_TREES = {
+  "/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/usr", "/bin", "/sbin",
+  "/lib", "/lib32", "/lib64",
+}
+
+-- Shared host directories that may hold a work dir but never be one: the
+-- core hands the work dir to the sandbox's uid.
+local SHARED_DIRS = {
+  "/tmp", "/var", "/var/tmp", "/var/lib", "/opt", "/srv", "/mnt", "/media", "/usr/local",
+  "/home", "/root",
+}
+
+-- A directory the sandbox will write (work_dir, state_dir): never "/",
+-- never inside a system tree, never a parent of a forbidden path.
+local function check_writable_root(option, path, pol, realpath)
+  local function check_one(p)
+    for _, dir in ipairs(SHARED_DIRS) do
+      if p == dir then
+        denied("filesystem.forbidden", "%s %q is a shared host directory; use a directory of its own below it",
+          option, p)
+      end
+    end
+    for _, tree in ipairs(SYSTEM_TREES) do
+      if p == tree or M.is_under(p, tree) then
+        denied("filesystem.forbidden", "%s %q lies in the system directory %s", option, p, tree)
+      end
+    end
+    for _, f in ipairs(pol.filesystem.forbidden) do
+      if p == f or M.is_under(f, p) then
+        denied("filesystem.forbidden", "%s %q is or contains %s, which the policy forbids",
+          option, p, f)
+      end
+    end
+  end
+  check_one(path)
+  local real = realpath and realpath(path)
+  if real and real ~= path then check_one(real) end
+end
+
+local function check_bind_paths(option, v, pol, ctx)
+  local list = check_list(option, v)
+  local out = {}
+  for i, p in ipairs(list) do
+    local norm = check_host_path(option, p)
+    if norm == "/tmp" or M.is_under(norm, "/tmp") then
+      invalid(option, "%q lies in /tmp, which every run gets fresh (a tmpfs): the bind would be "
+        .. "hidden; bind a directory outside /tmp", norm)
+    end
+    local hit = require("sbx.policy").forbidden_hit(pol, norm, ctx.extra_forbidden)
+    if hit then
+      denied("filesystem.forbidden", "%s: %q is, lies under or contains %s, which the policy forbids",
+        option, norm, hit)
+    end
+    local real = norm
+    if ctx.realpath then
+      real = ctx.realpath(norm)
+      if not real then invalid(option, "%q does not exist", norm) end
+      hit = require("sbx.policy").forbidden_hit(pol, real, ctx.extra_forbidden)
+      if hit then
+        denied("filesystem.forbidden", "%s: %q resolves to %q, which is, lies under or contains %s",
+          option, norm, real, hit)
+      end
+    else
+      local f = io.open(norm, "rb")
+      if not f then invalid(option, "%q does not exist", norm) end
+      f:close()
+    end
+    out[i] = norm
+  end
+  return out
+end
+
+-- session(opts, pol, ctx) -> normalized session options.
+--   opts: what the caller gave (already checked to be a table)
+--   pol:  the loaded policy (sbx.policy)
+--   ctx:  { realpath = function(path) -> real or nil, extra_forbidden = {...} }
+-- Raises InvalidArgument, BackendUnavailable or PolicyDenied.
+function M.session(opts, pol, ctx)
+  ctx = ctx or {}
+  M.check_keys(opts, M.SESSION_KEYS, "session")
+  local d, c = pol.defaults, pol.ceilings
+  local o = {}
+
+  -- Pass 1: every option's type and value.
+  o.backend = opts.backend == nil and d.backend or check_type("backend", opts.backend, "string")
+  local known = false
+  for _, b in ipairs(M.BACKENDS) do known = known or b == o.backend end
+  if not known then
+    invalid("backend", "unknown backend %s (known: %s)", describe(o.backend), table.concat(M.BACKENDS, ", "))
+  end
+  if opts.name ~= nil then
+    check_type("name", opts.name, "string")
+    if #opts.name > 128 or not opts.name:match("^[%w][%w%._%-]*$") then
+      invalid("name", "1 to 128 letters, digits, '.', '_' or '-' expected, got %s", describe(opts.name))
+    end
+    o.name = opts.name
+  end
+  if opts.work_dir ~= nil then o.work_dir = check_host_path("work_dir", opts.work_dir) end
+  if opts.state_dir ~= nil then o.state_dir = check_host_path("state_dir", opts.state_dir) end
+  o.env = M.check_env("env", opts.env)
+  local timeout_s = d.session_timeout_s
+  if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
+  o.max_file_bytes = d.max_file_bytes
+  if opts.max_file_bytes ~= nil then
+    o.max_file_bytes = check_integer("max_file_bytes", opts.max_file_bytes, 1)
+  end
+  o.network_mode = d.network_mode
+  if opts.network_mode ~= nil then o.network_mode = check_type("network_mode", opts.network_mode, "string") end
+  if not M.NETWORK_MODES[o.network_mode] then
+    invalid("network_mode", "\"blocked\", \"allowlist\" or \"open\" expected, got %s", describe(o.network_mode))
+  end
+  if opts.network_allowlist ~= nil then
+    o.network_allowlist = check_list("network_allowlist", opts.network_allowlist)
+    if o.network_mode ~= "allowlist" then
+      invalid("network_allowlist", "only meaningful with network_mode = \"allowlist\" (the session's is %q)",
+        o.network_mode)
+    end
+  end
+  local deny = presets.copy(presets.CLOUD_METADATA_DENY)
+  for _, h in ipairs(pol.network.denylist) do deny[#deny + 1] = h end
+  if opts.network_denylist ~= nil then
+    for _, h in ipairs(check_list("network_denylist", opts.network_denylist)) do deny[#deny + 1] = h end
+  end
+  o.network_denylist = deny
+  for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb", "gpus" } do
+    if opts[k] ~= nil then check_integer(k, opts[k], 0) end
+  end
+
+  -- Pass 2: what this build can honour.  Fail closed: never accept a
+  -- setting that would not be enforced.
+  if NOT_BUILT[o.backend] then
+    errors.raise(errors.BackendUnavailable(o.backend, NOT_BUILT[o.backend][1], NOT_BUILT[o.backend][2]))
+  end
+  if opts.gpus ~= nil and opts.gpus ~= 0 then
+    errors.raise(errors.BackendUnavailable("privileged",
+      "GPUs need the privileged backend (CUDA's cuInit fails in an unprivileged user namespace) "
+        .. "and the GPU support of the backends issue, neither is built yet",
+      "leave gpus unset or 0"))
+  end
+  for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb" } do
+    if opts[k] ~= nil then
+      errors.raise(errors.BackendUnavailable(o.backend,
+        ("%s: resource ceilings need the cgroup support of the backends issue, not built yet, "
+          .. "and sbx never accepts a ceiling it does not enforce"):format(k),
+        "leave memory_mb, cpu_milli, pids and disk_mb unset"))
+    end
+  end
+  if o.network_mode ~= "blocked" then
+    errors.raise(errors.BackendUnavailable(o.backend,
+      ("network_mode %q needs the networking issue (proxy, allow/deny lists), not built yet; "
+        .. "only \"blocked\" works"):format(o.network_mode),
+      'use network_mode = "blocked"'))
+  end
+
+  -- Pass 3: what the policy allows.
+  local allowed = false
+  for _, b in ipairs(c.backends) do allowed = allowed or b == o.backend end
+  if not allowed then
+    denied("ceilings.backends", "backend %q is not allowed by policy %s (allowed: %s)", o.backend,
+      pol.name, table.concat(c.backends, ", "))
+  end
+  if (M.NETWORK_MODES[o.network_mode] or 99) > (M.NETWORK_MODES[c.network_mode] or 0) then
+    denied("ceilings.network_mode", "network_mode %q is wider than the policy allows (%q)",
+      o.network_mode, c.network_mode)
+  end
+  if timeout_s > c.max_session_timeout_s then
+    denied("ceilings.max_session_timeout_s", "timeout_s = %s is over the policy's ceiling of %d s",
+      tostring(timeout_s), c.max_session_timeout_s)
+  end
+  o.timeout_s = timeout_s
+  o.lifetime_ms = math.ceil(timeout_s * 1000)
+  if o.max_file_bytes > c.max_file_bytes then
+    denied("ceilings.max_file_bytes", "max_file_bytes = %d is over the policy's ceiling of %d",
+      o.max_file_bytes, c.max_file_bytes)
+  end
+  if o.work_dir then check_writable_root("work_dir", o.work_dir, pol, ctx.realpath) end
+  if o.state_dir then check_writable_root("state_dir", o.state_dir, pol, ctx.realpath) end
+  local extra = {}
+  for _, e in ipairs(ctx.extra_forbidden or {}) do extra[#extra + 1] = e end
+  if o.state_dir then extra[#extra + 1] = o.state_dir end
+  local bctx = { realpath = ctx.realpath, extra_forbidden = extra }
+  o.read_only_paths = opts.read_only_paths ~= nil
+    and check_bind_paths("read_only_paths", opts.read_only_paths, pol, bctx) or {}
+  o.read_write_paths = opts.read_write_paths ~= nil
+    and check_bind_paths("read_write_paths", opts.read_write_paths, pol, bctx) or {}
+  local ro = {}
+  for _, p in ipairs(o.read_only_paths) do ro[p] = true end
+  for _, p in ipairs(o.read_write_paths) do
+    if ro[p] then invalid("read_write_paths", "%q is also in read_only_paths", p) end
+  end
+  return o
+end
+
+-- ---- run options ----
+
+-- resolve_cwd(cwd) -> the inside path: relative to the work dir, or
+-- absolute under it; ".." may not climb out of it.
+function M.resolve_cwd(cwd)
+  check_type("cwd", cwd, "string")
+  check_nonul("cwd", cwd)
+  if cwd == "" then invalid("cwd", "an empty path") end
+  local abs = cwd:sub(1, 1) == "/" and cwd or (M.SANDBOX_WORKDIR .. "/" .. cwd)
+  local resolved, above = M.resolve_dotdot(abs)
+  if above or not (resolved == M.SANDBOX_WORKDIR or M.is_under(resolved, M.SANDBOX_WORKDIR)) then
+    invalid("cwd", "%s lies outside the work dir %s; give a path relative to it", describe(cwd),
+      M.SANDBOX_WORKDIR)
+  end
+  return resolved
+end
+
+local function check_arg(option, s)
+  check_nonul(option, s)
+  if #s >= M.MAX_ARG_BYTES then
+    invalid(option, "%d bytes is more than the kernel accepts in one argument (%d, MAX_ARG_STRLEN); "
+      .. "write it to a file with put_bytes and run the file", #s, M.MAX_ARG_BYTES)
+  end
+  return s
+end
+
+local function stream_mode(option, v)
+  if v == nil or v == true or v == "pipe" then return "pipe" end
+  if v == false or v == "null" then return "null" end
+  if v == "inherit" then return "inherit" end
+  invalid(option, "true/\"pipe\", false/\"null\" or \"inherit\" expected, got %s", describe(v))
+end
+
+local INTERPRETERS = {
+  shell = { "/bin/sh", "-c" },
+  python = { "python3", "-c" },
+  lua = { "luajit", "-e" },
+}
+
+-- run(cmd, opts, sess, extra_keys) -> normalized run options:
+--   { argv, env ("K=V" array), cwd, stdin, stdout, stderr, stdin_data,
+--     timeout_ms, network_mode, script_type }
+-- sess = { policy =, network_mode = (the ceiling), env = (session env) }.
+-- extra_keys: more accepted names (exec's "check"), left for the caller.
+function M.run(cmd, opts, sess, extra_keys)
+  if opts == nil then opts = {} end
+  check_type("opts", opts, "table")
+  local keys = M.RUN_KEYS
+  if extra_keys then
+    keys = {}
+    for _, k in ipairs(M.RUN_KEYS) do keys[#keys + 1] = k end
+    for _, k in ipairs(extra_keys) do keys[#keys + 1] = k end
+  end
+  M.check_keys(opts, keys, "run")
+  local pol = sess.policy
+  local o = {}
+
+  o.script_type = opts.script_type == nil and "shell" or check_type("script_type", opts.script_type, "string")
+  if not INTERPRETERS[o.script_type] then
+    invalid("script_type", "\"shell\", \"python\" or \"lua\" expected, got %s", describe(o.script_type))
+  end
+  if type(cmd) == "string" then
+    check_arg("cmd", cmd)
+    local interp = INTERPRETERS[o.script_type]
+    o.argv = { interp[1], interp[2], cmd }
+  elseif type(cmd) == "table" then
+    -- An argv array runs as is, without a shell.
+    if opts.script_type ~= nil and opts.script_type ~= "shell" then
+      invalid("script_type", "an argv table runs without an interpreter; give the code as a string")
+    end
+    o.argv = check_list("cmd", cmd)
+    if #o.argv == 0 then invalid("cmd", "an empty argv table") end
+    for _, a in ipairs(o.argv) do check_arg("cmd", a) end
+  else
+    invalid("cmd", "a command string (or an argv array) expected, got %s", describe(cmd))
+  end
+
+  o.stdout = stream_mode("stdout", opts.stdout)
+  o.stderr = stream_mode("stderr", opts.stderr)
+  if opts.stdin == nil or opts.stdin == false then
+    o.stdin = "null"
+  elseif type(opts.stdin) == "string" then
+    o.stdin, o.stdin_data = "pipe", opts.stdin
+  else
+    invalid("stdin", "a string of bytes expected (nil: /dev/null), got %s", describe(opts.stdin))
+  end
+  o.env = M.merge_env(M.DEFAULT_ENV, pol.defaults.env, sess.env, M.check_env("env", opts.env))
+  for _, kv in ipairs(o.env) do
+    if #kv >= M.MAX_ARG_BYTES then invalid("env", "a variable is longer than the kernel accepts") end
+  end
+  if opts.cwd ~= nil then o.cwd = M.resolve_cwd(opts.cwd) end
+
+  local timeout_s = pol.defaults.run_timeout_s
+  if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
+
+  local ceiling = sess.network_mode or "blocked"
+  o.network_mode = ceiling
+  if opts.network_mode ~= nil then
+    o.network_mode = check_type("network_mode", opts.network_mode, "string")
+    if not M.NETWORK_MODES[o.network_mode] then
+      invalid("network_mode", "\"blocked\", \"allowlist\" or \"open\" expected, got %s", describe(o.network_mode))
+    end
+  end
+  if opts.network_allowlist ~= nil then
+    check_list("network_allowlist", opts.network_allowlist)
+    if o.network_mode ~= "allowlist" then
+      invalid("network_allowlist", "only meaningful with network_mode = \"allowlist\" (this run's is %q)",
+        o.network_mode)
+    end
+  end
+  if M.NETWORK_MODES[o.network_mode] > M.NETWORK_MODES[ceiling] then
+    denied("session.network_mode",
+      "this run asks for network_mode %q, wider than its session's ceiling %q: a run may narrow "
+        .. "the session's network mode, never widen it", o.network_mode, ceiling)
+  end
+  if o.network_mode ~= "blocked" then
+    errors.raise(errors.BackendUnavailable(sess.backend,
+      ("network_mode %q needs the networking issue, not built yet"):format(o.network_mode),
+      'use network_mode = "blocked"'))
+  end
+
+  if timeout_s ~= nil then
+    if timeout_s > pol.ceilings.max_run_timeout_s then
+      denied("ceilings.max_run_timeout_s", "timeout_s = %s is over the policy's ceiling of %d s",
+        tostring(timeout_s), pol.ceilings.max_run_timeout_s)
+    end
+    o.timeout_ms = math.min(4294967295, math.max(1, math.ceil(timeout_s * 1000)))
+  end
+  return o
+end
+
+return M

@@ -1,0 +1,295 @@
+-- sbx.process: a running (or finished) command, as s:run() returns it.
+--
+--   p:lines([stream])   iterator over the lines of "stdout" (default) or
+--                       "stderr" as they arrive; a line comes without its
+--                       "\n", a last line without one is yielded at EOF.
+--   p:read([stream])    the next piece of output available (a string), nil
+--                       at EOF.
+--   p:communicate()     drain both streams, wait for the exit; returns out,
+--                       err (nil for a stream that was not captured).
+--   p:wait()            drain (discarding unconsumed output), wait for the
+--                       exit; returns the returncode.
+--   p:kill([sig])       send sig (a number or a name like "TERM"; default
+--                       KILL); false when the process had already ended.
+--
+-- After the exit: p.returncode (the exit code; -signo when a signal ended
+-- it, Python's convention), p.signal (the signal number or nil),
+-- p.termination_reason ("" for an exit of its own, "signal", "timeout" or
+-- "killed"), p.runtime_ms, p.backend.  While it runs p.returncode is nil.
+--
+-- A non-zero exit never raises.  SandboxExecutionError (reason, returncode
+-- = -1, backend, runtime_ms) is raised, by whichever method notices it and
+-- by every one called after, when the sandbox lost the run or could not
+-- start the command (an argv whose program does not exist, say); a cwd
+-- that does not exist in the sandbox is InvalidArgument, and a run lost
+-- because its session was closed is SessionClosed, raised the same way
+-- (the run starts asynchronously, so run() itself cannot know).
+--
+-- Backpressure: while one stream is being read (lines, read), output of the
+-- other captured stream is kept in memory up to BUFFER_CAP bytes; past
+-- that it is no longer read, so the command blocks on a full pipe until
+-- the caller reads that stream too (or calls communicate/wait).  Memory
+-- stays bounded by BUFFER_CAP plus what the caller itself keeps.
+-- communicate() returns whole outputs, so it holds them in memory: use
+-- lines() or stdout = false for unbounded output.
+--
+-- A process that is garbage collected while still running is killed:
+-- keep it (or wait for it) as long as it should run.
+
+local errors = require "sbx.errors"
+
+local M = {}
+
+M.BUFFER_CAP = 16 * 1024 * 1024
+-- Longest single wait in the core.  The run wakes us at once for output
+-- or the exit; the slice only bounds how long a Lua-side interrupt (a
+-- REPL's Ctrl-C hook) or an EOF nobody reports waits before Lua runs.
+M.WAIT_SLICE_MS = 250
+
+local Process = {}
+Process.__index = Process
+
+local STREAMS = { stdout = true, stderr = true }
+local OTHER = { stdout = "stderr", stderr = "stdout" }
+
+local function now_ms(core)
+  return core and core.monotonic_ms and core.monotonic_ms() or os.time() * 1000
+end
+
+-- new(run, info) -> Process.  run: an sbx.core run; info = { cmd, backend,
+-- stdout, stderr (the modes: "pipe", "null", "inherit"), core,
+-- session_closed (a function: true once the session was closed) }.
+function M.new(run, info)
+  local p = {
+    cmd = info.cmd,
+    backend = info.backend,
+    _run = run,
+    _core = info.core,
+    _session_closed = info.session_closed,
+    _t0 = now_ms(info.core),
+    _captured = { stdout = info.stdout == "pipe", stderr = info.stderr == "pipe" },
+    _chunks = { stdout = {}, stderr = {} },   -- output not yet consumed, as it came
+    _size = { stdout = 0, stderr = 0 },
+    _lines = { stdout = {}, stderr = {} },    -- complete lines split off but not yet returned
+    _lhead = { stdout = 1, stderr = 1 },
+    _partial = { stdout = "", stderr = "" },  -- a line still waiting for its "\n"
+    _done = false,
+  }
+  return setmetatable(p, Process)
+end
+
+function M.is_process(v)
+  return getmetatable(v) == Process
+end
+
+Process.__tostring = function(p)
+  if not p._done then return ("sbx.process(running, %q)"):format(tostring(p.cmd)) end
+  return ("sbx.process(returncode=%s%s, %q)"):format(tostring(p.returncode),
+    p.termination_reason ~= "" and ", " .. tostring(p.termination_reason) or "", tostring(p.cmd))
+end
+
+local function raise_stored(p)
+  if p._error then errors.raise(p._error) end
+end
+
+-- The run failed: remember why, so every later call says so too.
+-- SandboxExecutionError, but a cwd that does not exist inside the sandbox
+-- (the core reports "cwd <path>: <why>" before starting the command) is
+-- the caller's mistake: InvalidArgument.
+local function fail(p, reason, runtime_ms)
+  p._done = true
+  p.returncode = -1
+  p.runtime_ms = runtime_ms or (now_ms(p._core) - p._t0)
+  p.termination_reason = "error"
+  if type(reason) == "string" and reason:match("^cwd ") then
+    p._error = errors.InvalidArgument("cwd", reason:sub(5))
+  elseif p._session_closed and p._session_closed() then
+    p._error = errors.SessionClosed("the session was closed while the command ran")
+  else
+    p._error = errors.SandboxExecutionError(reason, p.backend, p.runtime_ms)
+  end
+  if p._run then p._run:close() p._run = nil end
+  errors.raise(p._error)
+end
+
+local function finish(p, res)
+  if res.term == "error" then
+    fail(p, res.error or "the sandbox lost the run", res.runtime_ms)
+  end
+  p._done = true
+  p.returncode = res.returncode
+  p.runtime_ms = res.runtime_ms
+  p.signal = res.signo ~= 0 and res.signo or nil
+  p.termination_reason = res.term == "exit" and "" or res.term
+  -- Free the pipes and the pidfd now rather than at the next collection.
+  p._run:close()
+  p._run = nil
+end
+
+-- One event from the core.  Returns the stream that got data, "exit", or
+-- false when the slice passed with nothing.
+local function step(p, want_out, want_err, timeout)
+  local ev, a, b = p._run:next(timeout or M.WAIT_SLICE_MS, want_out, want_err)
+  if ev == "stdout" or ev == "stderr" then
+    local c = p._chunks[ev]
+    c[#c + 1] = a
+    p._size[ev] = p._size[ev] + #a
+    return ev
+  elseif ev == "exit" then
+    finish(p, a)
+    return "exit"
+  elseif ev == false then
+    return false
+  end
+  fail(p, ("reading the run failed: %s: %s"):format(tostring(a), tostring(b)))
+end
+
+-- Has stream reached its end?  The core closes a pipe at EOF.
+local function at_eof(p, stream)
+  if p._done then return true end
+  local out_fd, err_fd = p._run:fds()
+  return (stream == "stdout" and out_fd or err_fd) < 0
+end
+
+-- Wait for output of stream, reading the other stream as long as its
+-- buffer is under the cap (the backpressure of the module comment).
+local function pump_for(p, stream)
+  local other = OTHER[stream]
+  local want_other = p._captured[other] and p._size[other] < M.BUFFER_CAP
+  if stream == "stdout" then
+    return step(p, true, want_other)
+  end
+  return step(p, want_other, true)
+end
+
+local function check_stream(p, stream)
+  if stream == nil then stream = "stdout" end
+  if not STREAMS[stream] then
+    errors.raise(errors.InvalidArgument("stream", ('"stdout" or "stderr" expected, got %s'):format(tostring(stream))))
+  end
+  if not p._captured[stream] then
+    errors.raise(errors.InvalidArgument("stream",
+      ("%s was not captured: run the command with %s = true"):format(stream, stream)))
+  end
+  return stream
+end
+
+-- Move the buffered chunks of stream into complete lines + partial.
+local function split_lines(p, stream)
+  local data = p._partial[stream] .. table.concat(p._chunks[stream])
+  p._chunks[stream], p._size[stream] = {}, 0
+  local lines, pos = p._lines[stream], 1
+  while true do
+    local nl = data:find("\n", pos, true)
+    if not nl then break end
+    lines[#lines + 1] = data:sub(pos, nl - 1)
+    pos = nl + 1
+  end
+  p._partial[stream] = data:sub(pos)
+end
+
+-- Everything of stream not consumed yet, removed from the buffers.
+local function take(p, stream)
+  local parts = {}
+  local lines, head = p._lines[stream], p._lhead[stream]
+  for i = head, #lines do parts[#parts + 1] = lines[i] .. "\n" end
+  parts[#parts + 1] = p._partial[stream]
+  for _, c in ipairs(p._chunks[stream]) do parts[#parts + 1] = c end
+  p._lines[stream], p._lhead[stream], p._partial[stream] = {}, 1, ""
+  p._chunks[stream], p._size[stream] = {}, 0
+  return table.concat(parts)
+end
+
+function Process:lines(stream)
+  raise_stored(self)
+  stream = check_stream(self, stream)
+  local p = self
+  return function()
+    while true do
+      local lines, head = p._lines[stream], p._lhead[stream]
+      if head <= #lines then
+        p._lhead[stream] = head + 1
+        return lines[head]
+      end
+      p._lines[stream], p._lhead[stream] = {}, 1
+      if p._size[stream] > 0 then
+        split_lines(p, stream)
+      elseif at_eof(p, stream) then
+        raise_stored(p)
+        local last = p._partial[stream]
+        p._partial[stream] = ""
+        if last ~= "" then return last end
+        return nil
+      else
+        pump_for(p, stream)
+      end
+    end
+  end
+end
+
+function Process:read(stream)
+  raise_stored(self)
+  stream = check_stream(self, stream)
+  while true do
+    local data = take(self, stream)
+    if data ~= "" then return data end
+    if at_eof(self, stream) then
+      raise_stored(self)
+      return nil
+    end
+    pump_for(self, stream)
+  end
+end
+
+function Process:communicate()
+  raise_stored(self)
+  while not self._done do
+    step(self, self._captured.stdout, self._captured.stderr)
+  end
+  local out = self._captured.stdout and take(self, "stdout") or nil
+  local err = self._captured.stderr and take(self, "stderr") or nil
+  return out, err
+end
+
+function Process:wait()
+  raise_stored(self)
+  while not self._done do
+    step(self, self._captured.stdout, self._captured.stderr)
+    -- Discard as we go: wait() must not hold the output in memory.
+    for s in pairs(STREAMS) do
+      if self._size[s] > 0 then self._chunks[s], self._size[s] = {}, 0 end
+    end
+  end
+  for s in pairs(STREAMS) do take(self, s) end
+  return self.returncode
+end
+
+function Process:kill(sig)
+  raise_stored(self)
+  local signo = sig
+  if sig == nil then
+    signo = 9
+  elseif type(sig) == "string" then
+    local signals = self._core and self._core.signals or {}
+    signo = signals[sig:upper():gsub("^SIG", "")]
+    if not signo then
+      errors.raise(errors.InvalidArgument("sig", ("unknown signal name %q"):format(sig)))
+    end
+  elseif type(sig) ~= "number" or sig ~= math.floor(sig) or sig < 1 or sig > 64 then
+    errors.raise(errors.InvalidArgument("sig", "a signal number (1-64) or name expected, got " .. tostring(sig)))
+  end
+  if self._done then return false end
+  local ok, kind, msg = self._run:kill(signo)
+  if not ok then
+    errors.raise(errors.SandboxExecutionError(("kill: %s: %s"):format(tostring(kind), tostring(msg)),
+      self.backend, now_ms(self._core) - self._t0))
+  end
+  return true
+end
+
+-- done() -> true once the exit has been seen.
+function Process:done()
+  return self._done
+end
+
+return M

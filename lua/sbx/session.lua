@@ -1,0 +1,338 @@
+-- sbx.session: on-device sessions (sbx.session{...}, sbx.attach(h)).
+--
+-- A session is a set of namespaces with a persistent work dir, made by the
+-- C core (sbx.core); every run is a fresh process tree inside it.  This
+-- module checks options against the policy, opens the core session, and
+-- gives the methods of the Lua API:
+--
+--   s:run(cmd, opts)        -> Process (sbx.process); never raises on a
+--                              non-zero exit
+--   s:exec(cmd, opts)       -> { returncode, stdout, stderr, ok, runtime_ms,
+--                                backend, termination_reason, signal, cmd };
+--                              opts.check = true raises SandboxCommandError
+--                              unless ok
+--   s:run_code(code, opts)  -> stdout; python unless opts.script_type says
+--                              otherwise; SandboxCommandError unless ok
+--   s:put_bytes(path, data) -- write a file beneath the work dir
+--   s:get_bytes(path)       -> data
+--   s:handle()              -> { kind = "sbx.local", id =, name = }
+--   s:alive()               -> boolean
+--   s:close()               -- owner: end the session; reference: detach
+--
+-- cmd is a string run by script_type's interpreter (/bin/sh -c, python3 -c,
+-- luajit -e), or an argv array run as is.  ok means returncode 0 and an
+-- exit of the command's own (no timeout, signal or kill).
+--
+-- Fields: name ("sbx-<16 hex>" unless given), id (32 hex: 128 random
+-- bits), created_at (UTC, ISO 8601), is_owner, work_dir (the host path),
+-- backend, endpoint (nil: on this machine).
+--
+-- Handles are process-local on this machine: sbx.attach(h) finds the
+-- session in a registry of this Lua state.  The attached Session is in
+-- reference mode (is_owner = false): it runs commands and moves files, and
+-- its close() only detaches it.  The session ends when its owner closes it
+-- (or is collected).
+
+local errors = require "sbx.errors"
+local options = require "sbx.options"
+local policy = require "sbx.policy"
+local process = require "sbx.process"
+
+local M = {}
+
+-- id -> shared state of an open session.  Weak: a handle does not keep a
+-- session its owner dropped alive.
+local registry = setmetatable({}, { __mode = "v" })
+
+local Session = {}
+Session.__index = Session
+
+local core_module, core_error
+-- core() -> sbx.core, or nil and why it cannot be loaded.
+local function core()
+  if core_module then return core_module end
+  local ok, mod = pcall(require, "sbx.core")
+  if not ok then
+    core_error = tostring(mod):gsub("\n.*", "")
+    return nil
+  end
+  core_module = mod
+  return mod
+end
+
+local function random_hex(nbytes)
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f and f:read(nbytes)
+  if f then f:close() end
+  if not bytes or #bytes ~= nbytes then
+    errors.raise(errors.SandboxExecutionError("cannot read /dev/urandom for a session id"))
+  end
+  return (bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
+end
+
+-- State dirs the core may use by default: bind paths may not touch them.
+local function default_state_dirs()
+  local out = { "/var/lib/sbx" }
+  local env = os.getenv("SBX_STATE_DIR")
+  if env and env:sub(1, 1) == "/" then out[#out + 1] = (options.normalize(env)) end
+  local xdg = os.getenv("XDG_RUNTIME_DIR")
+  if xdg and xdg:sub(1, 1) == "/" then out[#out + 1] = (options.normalize(xdg .. "/sbx")) end
+  return out
+end
+
+-- open(opts) -> owner Session.  See the Lua API in DESIGN.md; raises
+-- InvalidArgument, PolicyDenied, BackendUnavailable, SandboxExecutionError.
+function M.open(opts)
+  if opts == nil then opts = {} end
+  if type(opts) ~= "table" then
+    errors.raise(errors.InvalidArgument("options", "a table of session options expected, got " .. type(opts)))
+  end
+  options.check_keys(opts, options.SESSION_KEYS, "session")
+  local pol = policy.load(opts.policy)
+  local c = core()
+  local o = options.session(opts, pol, {
+    realpath = c and function(p) return (c.realpath(p)) end,
+    extra_forbidden = default_state_dirs(),
+  })
+  if not c then
+    errors.raise(errors.BackendUnavailable(o.backend,
+      "the sbx.core C module cannot be loaded (" .. core_error .. ")",
+      "run through build/bin/sbxlua, or add build/lib/?.so to package.cpath"))
+  end
+  local binds = {}
+  for _, p in ipairs(o.read_only_paths) do binds[#binds + 1] = { path = p, writable = false } end
+  for _, p in ipairs(o.read_write_paths) do binds[#binds + 1] = { path = p, writable = true } end
+  local cs, kind, msg = c.session_open {
+    backend = o.backend,
+    work_dir = o.work_dir,
+    state_dir = o.state_dir,
+    hostname = pol.defaults.hostname,
+    system_ro = pol.filesystem.system_ro,
+    etc_files = pol.filesystem.etc,
+    binds = binds,
+    seccomp_deny = pol.seccomp.deny,
+    tmp_bytes = pol.defaults.tmp_bytes,
+    shm_bytes = pol.defaults.shm_bytes,
+    lifetime_ms = o.lifetime_ms,
+  }
+  if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
+  local id = random_hex(16)
+  local st = {
+    core = cs,
+    id = id,
+    name = o.name or ("sbx-" .. id:sub(1, 16)),
+    created_at = os.date("!%Y-%m-%dT%H:%M:%SZ"),
+    backend = o.backend,
+    work_dir = cs:work_dir(),
+    policy = pol,
+    network_mode = o.network_mode,
+    network_allowlist = o.network_allowlist,
+    network_denylist = o.network_denylist,
+    env = o.env,
+    max_file_bytes = o.max_file_bytes,
+    timeout_s = o.timeout_s,
+    closed = false,
+  }
+  registry[id] = st
+  return M.wrap(st, true)
+end
+
+-- wrap(st, is_owner) -> a Session object over the shared state.
+function M.wrap(st, is_owner)
+  return setmetatable({
+    name = st.name,
+    id = st.id,
+    created_at = st.created_at,
+    is_owner = is_owner,
+    work_dir = st.work_dir,
+    backend = st.backend,
+    endpoint = nil,
+    _st = st,
+    _closed = false,
+  }, Session)
+end
+
+-- attach(h) -> reference-mode Session for a handle of this process.
+function M.attach(h)
+  if type(h) ~= "table" or type(h.id) ~= "string" then
+    errors.raise(errors.InvalidArgument("handle", "a session handle (from s:handle()) expected"))
+  end
+  if h.kind ~= "sbx.local" then
+    errors.raise(errors.InvalidArgument("handle",
+      ("handle kind %q is not an on-device handle (remote sessions come with sbx.remote)"):format(tostring(h.kind))))
+  end
+  local st = registry[h.id]
+  if not st or st.closed then
+    errors.raise(errors.SessionClosed(("session %s is closed or not of this process"):format(tostring(h.name or h.id))))
+  end
+  return M.wrap(st, false)
+end
+
+Session.__tostring = function(s)
+  return ("sbx.session(%s, backend=%s, work_dir=%s%s%s)"):format(s.name, s.backend, s.work_dir,
+    s.is_owner and "" or ", reference", (s._closed or s._st.closed) and ", closed" or "")
+end
+
+-- The shared state, or SessionClosed.
+local function live(s)
+  if getmetatable(s) ~= Session then
+    errors.raise(errors.InvalidArgument("self", "a session expected (use s:method(), not s.method())"))
+  end
+  if s._closed and not s.is_owner then
+    errors.raise(errors.SessionClosed(("this reference to session %s is closed"):format(s.name)))
+  end
+  if s._st.closed then errors.raise(errors.SessionClosed(("session %s is closed"):format(s.name))) end
+  return s._st
+end
+
+local function start(st, cmd, o)
+  local r, kind, msg = st.core:run {
+    argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
+    stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
+  }
+  if not r then
+    if kind == "SessionClosed" then
+      errors.raise(errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg))))
+    elseif kind == "InvalidArgument" then
+      errors.raise(errors.InvalidArgument("cmd", msg))
+    end
+    errors.raise(errors.SandboxExecutionError(("the run did not start: %s"):format(tostring(msg)),
+      st.backend, 0))
+  end
+  return process.new(r, { cmd = cmd, backend = st.backend, stdout = o.stdout, stderr = o.stderr,
+    core = core_module, session_closed = function() return st.closed end })
+end
+
+function Session:run(cmd, opts)
+  local st = live(self)
+  return start(st, cmd, options.run(cmd, opts, st))
+end
+
+local function exec(st, cmd, o, check)
+  local p = start(st, cmd, o)
+  local out, err = p:communicate()
+  local res = {
+    cmd = cmd,
+    returncode = p.returncode,
+    stdout = out or "",
+    stderr = err or "",
+    ok = p.returncode == 0 and p.termination_reason == "",
+    runtime_ms = p.runtime_ms,
+    backend = p.backend,
+    termination_reason = p.termination_reason,
+    signal = p.signal,
+  }
+  if check and not res.ok then errors.raise(errors.SandboxCommandError(cmd, res)) end
+  return res
+end
+
+function Session:exec(cmd, opts)
+  local st = live(self)
+  if opts ~= nil and type(opts) ~= "table" then
+    errors.raise(errors.InvalidArgument("opts", "a table of run options expected, got " .. type(opts)))
+  end
+  local check = opts and opts.check
+  if check ~= nil and type(check) ~= "boolean" then
+    errors.raise(errors.InvalidArgument("check", "a boolean expected, got " .. type(check)))
+  end
+  return exec(st, cmd, options.run(cmd, opts, st, { "check" }), check)
+end
+
+function Session:run_code(code, opts)
+  local st = live(self)
+  if type(code) ~= "string" then
+    errors.raise(errors.InvalidArgument("code", "a string of source code expected, got " .. type(code)))
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    errors.raise(errors.InvalidArgument("opts", "a table of run options expected, got " .. type(opts)))
+  end
+  local o2 = {}
+  for k, v in pairs(opts or {}) do o2[k] = v end
+  if o2.script_type == nil then o2.script_type = "python" end
+  return exec(st, code, options.run(code, o2, st), true).stdout
+end
+
+-- A caller's file path as a path relative to the work dir.  Absolute paths
+-- are accepted when they name something inside the work dir, either as the
+-- sandbox sees it (/tmp/sandbox-work/...) or as the host does.
+local function rel_path(st, path)
+  if type(path) ~= "string" then
+    errors.raise(errors.InvalidArgument("path", "a string expected, got " .. type(path)))
+  end
+  if path == "" then errors.raise(errors.InvalidArgument("path", "an empty path")) end
+  if path:find("\0", 1, true) then errors.raise(errors.InvalidArgument("path", "contains a NUL byte")) end
+  local norm, dotdot = options.normalize(path)
+  if dotdot then
+    errors.raise(errors.InvalidArgument("path", ("%q: '..' is not allowed; paths stay beneath the work dir"):format(path)))
+  end
+  if norm:sub(1, 1) == "/" then
+    for _, root in ipairs { options.SANDBOX_WORKDIR, st.work_dir } do
+      if options.is_under(norm, root) then return norm:sub(#root + 2) end
+    end
+    errors.raise(errors.InvalidArgument("path",
+      ("%q is outside the work dir; give a path relative to it"):format(path)))
+  end
+  if norm == "." then errors.raise(errors.InvalidArgument("path", ("%q names the work dir itself"):format(path))) end
+  return norm
+end
+
+local function file_error(kind, msg)
+  if kind == "InvalidArgument" then return errors.InvalidArgument("path", msg) end
+  return errors.from_core(kind, msg)
+end
+
+function Session:put_bytes(path, data)
+  local st = live(self)
+  local rel = rel_path(st, path)
+  if type(data) ~= "string" then
+    errors.raise(errors.InvalidArgument("data", "a string of bytes expected, got " .. type(data)))
+  end
+  if #data > st.max_file_bytes then
+    errors.raise(errors.InvalidArgument("data",
+      ("%d bytes is over the session's max_file_bytes (%d)"):format(#data, st.max_file_bytes)))
+  end
+  local ok, kind, msg = st.core:put(rel, data, st.max_file_bytes)
+  if not ok then errors.raise(file_error(kind, msg)) end
+end
+
+function Session:get_bytes(path)
+  local st = live(self)
+  local data, kind, msg = st.core:get(rel_path(st, path), st.max_file_bytes)
+  if not data then errors.raise(file_error(kind, msg)) end
+  return data
+end
+
+function Session:handle()
+  local st = live(self)
+  return { kind = "sbx.local", id = st.id, name = st.name }
+end
+
+function Session:alive()
+  if self._closed or self._st.closed then return false end
+  return self._st.core:alive()
+end
+
+-- Owner: end every process of the session and remove what it created (a
+-- pinned work dir stays).  Reference: detach only.  Closing twice is fine.
+-- Raises SandboxExecutionError when cleanup left something behind (the
+-- session is closed all the same).
+function Session:close()
+  if getmetatable(self) ~= Session then
+    errors.raise(errors.InvalidArgument("self", "a session expected (use s:close())"))
+  end
+  if self._closed then return end
+  self._closed = true
+  if not self.is_owner then return end
+  local st = self._st
+  if st.closed then return end
+  st.closed = true
+  registry[st.id] = nil
+  local ok, _, msg = st.core:close()
+  if not ok then
+    errors.raise(errors.SandboxExecutionError("closing the session: " .. tostring(msg), st.backend, 0))
+  end
+end
+
+M.Session = Session
+
+return M

@@ -1,0 +1,340 @@
+/*
+ * core.c: the sbx.core Lua module (luaopen_sbx_core) and its session
+ * userdata.
+ *
+ * sbx.core is the C core as seen from Lua, kept thin on purpose: it turns
+ * Lua tables into the option structs of sbx.h, and sbx_err into the triple
+ * nil, kind, message.  Defaults, validation of user input, policies and the
+ * documented error tables are the business of the modules of lua/sbx/.
+ *
+ *   core.version                  SBX_VERSION
+ *   core.signals                  { TERM = 15, KILL = 9, ... }
+ *   core.session_open(opts)       session | nil, kind, msg
+ *   core.realpath(path)           canonical host path | nil, kind, msg
+ *   core.monotonic_ms()           milliseconds of CLOCK_MONOTONIC (a float)
+ *   s:run(ropts)                  run | nil, kind, msg        (run.c)
+ *   s:put(path, data, max_bytes)  true | nil, kind, msg
+ *   s:get(path, max_bytes)        data | nil, kind, msg
+ *   s:close()                     true | nil, kind, msg (idempotent)
+ *   s:work_dir()                  host path of the work dir (also after close)
+ *   s:alive()                     boolean
+ *
+ * A session userdata closes its session when collected.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lsbx.h"
+
+/* 2^53: the largest integer every Lua number holds exactly. */
+#define LSBX_MAX_EXACT ((int64_t)1 << 53)
+
+lsbx_session *lsbx_check_session(lua_State *L, int idx)
+{
+	return luaL_checkudata(L, idx, LSBX_SESSION_MT);
+}
+
+static const char *const session_fields[] = {
+	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
+	"seccomp_deny", "host_uid", "tmp_bytes", "shm_bytes", "lifetime_ms", NULL,
+};
+
+static const char *const bind_fields[] = { "path", "writable", NULL };
+
+/*
+ * binds = { {path=, writable=}, ... } as an sbx_bind array.  Like
+ * lsbx_opt_strv, it always pushes one value (the array's userdata or nil).
+ */
+static sbx_bind *opt_binds(lua_State *L, int idx, size_t *n)
+{
+	sbx_bind *b;
+	size_t len, i;
+	int t;
+
+	*n = 0;
+	lua_pushliteral(L, "binds"); /* idx is absolute */
+	lua_rawget(L, idx);
+	if (lua_isnil(L, -1))
+		return NULL;
+	if (lua_type(L, -1) != LUA_TTABLE)
+		luaL_error(L, "field 'binds': array expected, got %s", luaL_typename(L, -1));
+	t = lua_gettop(L);
+	len = lua_objlen(L, t);
+	if (len > 4096)
+		luaL_error(L, "field 'binds': more than 4096 entries");
+	b = lua_newuserdata(L, (len ? len : 1) * sizeof(*b));
+	for (i = 0; i < len; i++) {
+		lua_rawgeti(L, t, (int)i + 1);
+		if (lua_type(L, -1) != LUA_TTABLE)
+			luaL_error(L, "field 'binds'[%d]: table expected, got %s", (int)i + 1,
+				   luaL_typename(L, -1));
+		lsbx_check_fields(L, -1, "binds entry", bind_fields);
+		b[i].path = lsbx_opt_string(L, -1, "path");
+		if (!b[i].path)
+			luaL_error(L, "field 'binds'[%d]: path required", (int)i + 1);
+		b[i].writable = lsbx_opt_bool(L, -1, "writable", false);
+		lua_pop(L, 1);
+	}
+	lua_remove(L, t);
+	*n = len;
+	return b;
+}
+
+/* core.session_open(opts) */
+static int l_session_open(lua_State *L)
+{
+	sbx_session_opts o;
+	lsbx_session *ud;
+	sbx_err err = { 0 };
+	const char *wd;
+
+	luaL_checktype(L, 1, LUA_TTABLE);
+	lua_settop(L, 1);
+	lsbx_check_fields(L, 1, "session options", session_fields);
+	memset(&o, 0, sizeof(o));
+	o.backend = lsbx_opt_string(L, 1, "backend");
+	if (!o.backend)
+		luaL_error(L, "field 'backend': required");
+	o.work_dir = lsbx_opt_string(L, 1, "work_dir");
+	o.state_dir = lsbx_opt_string(L, 1, "state_dir");
+	o.hostname = lsbx_opt_string(L, 1, "hostname");
+	/* The arrays' memory is pushed on the stack and lives until we return. */
+	o.system_ro = lsbx_opt_strv(L, 1, "system_ro", false, NULL);
+	o.etc_files = lsbx_opt_strv(L, 1, "etc_files", false, NULL);
+	o.seccomp_deny = lsbx_opt_strv(L, 1, "seccomp_deny", false, NULL);
+	o.binds = opt_binds(L, 1, &o.n_binds);
+	/* (uid_t)-1 means "no change" to the kernel: never a valid mapping. */
+	o.host_uid = (uid_t)lsbx_opt_int(L, 1, "host_uid", 0, (int64_t)UINT32_MAX - 1, 0);
+	o.tmp_bytes = (uint64_t)lsbx_opt_int(L, 1, "tmp_bytes", 0, LSBX_MAX_EXACT, 0);
+	o.shm_bytes = (uint64_t)lsbx_opt_int(L, 1, "shm_bytes", 0, LSBX_MAX_EXACT, 0);
+	o.lifetime_ms = (uint64_t)lsbx_opt_int(L, 1, "lifetime_ms", 0, LSBX_MAX_EXACT, 0);
+
+	/* The userdata exists before the session does, so that no Lua error
+	 * (out of memory) can come between opening and owning it. */
+	ud = lua_newuserdata(L, sizeof(*ud));
+	ud->s = NULL;
+	luaL_getmetatable(L, LSBX_SESSION_MT);
+	lua_setmetatable(L, -2);
+	lua_newtable(L);
+	lua_setfenv(L, -2);
+
+	ud->s = sbx_session_open(&o, &err);
+	if (!ud->s)
+		return lsbx_push_err(L, &err);
+	/* Keep a copy of the work dir path: it stays readable after close. */
+	wd = sbx_session_work_dir(ud->s);
+	lua_getfenv(L, -1);
+	lua_pushstring(L, wd ? wd : "");
+	lua_setfield(L, -2, "work_dir");
+	lua_pop(L, 1);
+	return 1;
+}
+
+/* The (path, ..., max_bytes) arguments common to put and get: path at 2
+ * (NUL bytes allowed, the core refuses them with its own message), the
+ * size cap at max_idx. */
+static const char *file_args(lua_State *L, int max_idx, size_t *path_len, size_t *max_bytes)
+{
+	if (lua_type(L, 2) != LUA_TSTRING)
+		luaL_argerror(L, 2, "string expected");
+	if (lua_isnoneornil(L, max_idx))
+		luaL_argerror(L, max_idx, "max_bytes required");
+	*max_bytes = (size_t)lsbx_arg_int(L, max_idx, "max_bytes", 0, LSBX_MAX_EXACT, 0);
+	return lua_tolstring(L, 2, path_len);
+}
+
+static int closed(lua_State *L)
+{
+	return lsbx_push_fail(L, SBX_E_SESSION_CLOSED, "the session is closed");
+}
+
+/* s:put(path, data, max_bytes) */
+static int l_session_put(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	sbx_err err = { 0 };
+	size_t path_len, max_bytes, len;
+	const char *path, *data;
+
+	if (lua_type(L, 3) != LUA_TSTRING)
+		luaL_argerror(L, 3, "string expected");
+	path = file_args(L, 4, &path_len, &max_bytes);
+	data = lua_tolstring(L, 3, &len);
+	if (!ud->s)
+		return closed(L);
+	if (sbx_file_put(sbx_session_work_dir_fd(ud->s), path, path_len, data, len, max_bytes,
+			 sbx_session_host_uid(ud->s), sbx_session_host_gid(ud->s), &err) < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* s:get(path, max_bytes) */
+static int l_session_get(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	sbx_err err = { 0 };
+	size_t path_len, max_bytes, len = 0;
+	const char *path;
+	char *out = NULL;
+
+	path = file_args(L, 3, &path_len, &max_bytes);
+	if (!ud->s)
+		return closed(L);
+	if (sbx_file_get(sbx_session_work_dir_fd(ud->s), path, path_len, max_bytes, &out, &len,
+			 &err) < 0)
+		return lsbx_push_err(L, &err);
+	/* lua_pushlstring only fails on out of memory, which would leak out:
+	 * acceptable, the process is in trouble anyway. */
+	lua_pushlstring(L, out ? out : "", len);
+	free(out);
+	return 1;
+}
+
+/* s:close() */
+static int l_session_close(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	sbx_err err = { 0 };
+	sbx_session *s = ud->s;
+
+	ud->s = NULL;
+	if (s && sbx_session_close(s, &err) < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+static int l_session_gc(lua_State *L)
+{
+	lsbx_session *ud = luaL_checkudata(L, 1, LSBX_SESSION_MT);
+
+	if (ud->s) {
+		sbx_session_close(ud->s, NULL);
+		ud->s = NULL;
+	}
+	return 0;
+}
+
+/* s:work_dir() */
+static int l_session_work_dir(lua_State *L)
+{
+	lsbx_check_session(L, 1);
+	lua_getfenv(L, 1);
+	lua_getfield(L, -1, "work_dir");
+	return 1;
+}
+
+/* s:alive() */
+static int l_session_alive(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+
+	lua_pushboolean(L, ud->s && sbx_session_alive(ud->s));
+	return 1;
+}
+
+static int l_session_tostring(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+
+	lua_getfenv(L, 1);
+	lua_getfield(L, -1, "work_dir");
+	lua_pushfstring(L, "sbx.core.session(%s%s)", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?",
+			ud->s ? "" : ", closed");
+	return 1;
+}
+
+/* core.realpath(path): the canonical host path, resolving every symlink.
+ * The Lua side checks bind paths against the policy's forbidden list both
+ * as written and as resolved, so a symlink cannot smuggle /etc in. */
+static int l_realpath(lua_State *L)
+{
+	size_t len;
+	const char *path;
+	char buf[PATH_MAX];
+	sbx_err err = { 0 };
+
+	if (lua_type(L, 1) != LUA_TSTRING)
+		luaL_argerror(L, 1, "string expected");
+	path = lua_tolstring(L, 1, &len);
+	if (strlen(path) != len)
+		return lsbx_push_fail(L, SBX_E_INVALID_ARGUMENT, "path contains a NUL byte");
+	if (!realpath(path, buf)) {
+		sbx_err_set(&err, SBX_E_INVALID_ARGUMENT, errno, "%s: %s", path, strerror(errno));
+		return lsbx_push_err(L, &err);
+	}
+	lua_pushstring(L, buf);
+	return 1;
+}
+
+/* core.monotonic_ms(): plain Lua has no wall clock finer than a second,
+ * and runtime_ms of failed runs (and the specs) need one. */
+static int l_monotonic_ms(lua_State *L)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	lua_pushnumber(L, (lua_Number)ts.tv_sec * 1000.0 + (lua_Number)ts.tv_nsec / 1e6);
+	return 1;
+}
+
+static const luaL_Reg session_methods[] = {
+	{ "run", lsbx_session_run },
+	{ "put", l_session_put },
+	{ "get", l_session_get },
+	{ "close", l_session_close },
+	{ "work_dir", l_session_work_dir },
+	{ "alive", l_session_alive },
+	{ NULL, NULL },
+};
+
+static const luaL_Reg core_functions[] = {
+	{ "session_open", l_session_open },
+	{ "realpath", l_realpath },
+	{ "monotonic_ms", l_monotonic_ms },
+	{ NULL, NULL },
+};
+
+static const struct {
+	const char *name;
+	int signo;
+} signals[] = {
+	{ "TERM", SIGTERM }, { "KILL", SIGKILL }, { "INT", SIGINT },   { "HUP", SIGHUP },
+	{ "QUIT", SIGQUIT }, { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "STOP", SIGSTOP },
+	{ "CONT", SIGCONT }, { "ABRT", SIGABRT }, { "ALRM", SIGALRM }, { "SEGV", SIGSEGV },
+	{ "PIPE", SIGPIPE },
+};
+
+int luaopen_sbx_core(lua_State *L)
+{
+	size_t i;
+
+	luaL_newmetatable(L, LSBX_SESSION_MT);
+	lua_newtable(L);
+	luaL_setfuncs(L, session_methods, 0);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, l_session_gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pushcfunction(L, l_session_tostring);
+	lua_setfield(L, -2, "__tostring");
+	lua_pushliteral(L, "sbx.core.session");
+	lua_setfield(L, -2, "__metatable");
+	lua_pop(L, 1);
+	lsbx_run_register(L);
+
+	luaL_newlib(L, core_functions);
+	lua_pushliteral(L, SBX_VERSION);
+	lua_setfield(L, -2, "version");
+	lua_newtable(L);
+	for (i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
+		lua_pushinteger(L, signals[i].signo);
+		lua_setfield(L, -2, signals[i].name);
+	}
+	lua_setfield(L, -2, "signals");
+	return 1;
+}
