@@ -135,7 +135,7 @@ static void sweep_stale(const char *sessions)
 	while ((de = readdir(d))) {
 		if (de->d_name[0] == '.' || strlen(de->d_name) != 32)
 			continue;
-		snprintf(path, sizeof(path), "%.4000s/%s/lock", sessions, de->d_name);
+		snprintf(path, sizeof(path), "%.4000s/%.40s/lock", sessions, de->d_name);
 		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		struct stat st;
 		/* No lock yet: a session being created right now, unless old. */
@@ -146,7 +146,7 @@ static void sweep_stale(const char *sessions)
 			close(fd);
 			continue;
 		}
-		snprintf(path, sizeof(path), "%.4000s/%s", sessions, de->d_name);
+		snprintf(path, sizeof(path), "%.4000s/%.40s", sessions, de->d_name);
 		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 		if (fd >= 0)
 			close(fd);
