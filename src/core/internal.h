@@ -38,13 +38,14 @@ struct sbx_proto_run {
 	uint32_t payload_len;
 };
 
-/* Zygote -> host: the answer to a run request; carries the pidfd of the
- * run's init on success. */
-struct sbx_proto_reply {
+/* Zygote -> host: a warm init, ready for one run request.  Carries (as
+ * SCM_RIGHTS) the init's pidfd and the socket the request goes to.  The
+ * host answers each offer it takes with the magic as a uint32, which asks
+ * for the next one. */
+struct sbx_proto_offer {
 	uint32_t magic;
 	int32_t err_no;     /* 0 on success */
 	int32_t pid;        /* init's pid in the session namespace */
-	char msg[244];
 };
 
 /* Zygote -> host, once, when the session's root is built (or why not). */
@@ -117,8 +118,10 @@ void sbx_close_fds_except(const int *keep, size_t n);
 int sbx_sys_pidfd_send_signal(int pidfd, int sig);
 pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out);
 
-/* The control socket of a session (session.c), for run.c. */
-int sbx_session_ctl_fd(const sbx_session *s);
+/* Take the session's warm init (session.c, for run.c): its request socket
+ * and pidfd become the caller's, and the zygote is asked for the next.
+ * Returns 0, or -1 with err (SessionClosed when the zygote is gone). */
+int sbx_session_take_warm(sbx_session *s, int *sock, int *pidfd, sbx_err *err);
 
 /* uid/gid maps (userns.c). */
 int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *err);

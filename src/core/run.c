@@ -22,7 +22,6 @@
 #include "internal.h"
 
 #define READ_CHUNK 65536
-#define REPLY_TIMEOUT_MS 10000
 
 struct sbx_run {
 	int out_fd, err_fd, in_fd, status_fd, pidfd;
@@ -98,68 +97,37 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 	return which == 0 ? p[0] : p[1];
 }
 
-static int send_request(int ctl, const struct sbx_proto_run *req, const char *payload,
-			const int fds[4], sbx_err *err)
+/* Hand the request to the session's warm init.  One that died before we
+ * took it (its socket refuses) is replaced once. */
+static int send_to_warm(sbx_session *s, const struct sbx_proto_run *req, const char *payload,
+			const int fds[4], int *pidfd, sbx_err *err)
 {
-	if (sbx_proto_send_run(ctl, req, payload, fds) == 0)
-		return 0;
-	if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
-		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
-	return sbx_err_set(err, SBX_E_EXECUTION, errno, "send run request: %s", strerror(errno));
-}
-
-static int recv_reply(int ctl, struct sbx_proto_reply *rep, int *pidfd, sbx_err *err)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {rep, sizeof(*rep)};
-	struct msghdr mh;
-	struct pollfd pfd = {ctl, POLLIN, 0};
-
-	*pidfd = -1;
-	int pr;
-	while ((pr = poll(&pfd, 1, REPLY_TIMEOUT_MS)) < 0 && errno == EINTR)
-		;
-	if (pr == 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT, "the sandbox did not answer");
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = u.buf;
-	mh.msg_controllen = sizeof(u.buf);
-	ssize_t n;
-	while ((n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	if (n <= 0)
-		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	if (c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-		memcpy(pidfd, CMSG_DATA(c), sizeof(int));
-	if (n != sizeof(*rep) || rep->magic != SBX_PROTO_MAGIC) {
+	for (int attempt = 0; attempt < 2; attempt++) {
+		int sock;
+		if (sbx_session_take_warm(s, &sock, pidfd, err) < 0)
+			return -1;
+		int rc = sbx_proto_send_run(sock, req, payload, fds);
+		int saved = errno;
+		close(sock);
+		if (rc == 0)
+			return 0;
 		close_fd(pidfd);
-		return sbx_err_set(err, SBX_E_EXECUTION, EPROTO, "garbled answer from the sandbox");
+		if (saved != EPIPE && saved != ECONNREFUSED && saved != ECONNRESET)
+			return sbx_err_set(err, SBX_E_EXECUTION, saved, "send run request: %s",
+					   strerror(saved));
 	}
-	if (rep->err_no != 0 || *pidfd < 0) {
-		close_fd(pidfd);
-		rep->msg[sizeof(rep->msg) - 1] = '\0';
-		return sbx_err_set(err, SBX_E_EXECUTION, rep->err_no, "start run: %s: %s", rep->msg,
-				   strerror(rep->err_no));
-	}
-	return 0;
+	return sbx_err_set(err, SBX_E_EXECUTION, EPIPE, "the sandbox's runs die before they start");
 }
 
 sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 {
 	struct sbx_proto_run req;
-	struct sbx_proto_reply rep;
 	int child[4] = {-1, -1, -1, -1}, status[2] = {-1, -1};
 	char *payload = NULL;
 	size_t len = 0;
 	sbx_run *r;
 
-	if (!s || sbx_session_ctl_fd(s) < 0)
+	if (!s)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed"), NULL;
 	if (!o->argv || !o->argv[0] || !o->argv[0][0])
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "argv is empty"), NULL;
@@ -197,8 +165,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	} else {
 		close_fd(&r->in_fd);
 	}
-	if (send_request(sbx_session_ctl_fd(s), &req, payload, child, err) < 0 ||
-	    recv_reply(sbx_session_ctl_fd(s), &rep, &r->pidfd, err) < 0)
+	if (send_to_warm(s, &req, payload, child, &r->pidfd, err) < 0)
 		goto fail;
 	for (int i = 0; i < 4; i++)
 		close_fd(&child[i]);

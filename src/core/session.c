@@ -51,9 +51,67 @@ struct sbx_session {
 	char work_dir[PATH_MAX];
 };
 
-int sbx_session_ctl_fd(const sbx_session *s)
+/* Wait for the zygote's next offer of a warm init. */
+static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
 {
-	return s->ctl_fd;
+	struct sbx_proto_offer off;
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {&off, sizeof(off)};
+	struct msghdr mh;
+	struct pollfd pfd = {s->ctl_fd, POLLIN, 0};
+	int fds[2] = {-1, -1}, pr;
+
+	while ((pr = poll(&pfd, 1, READY_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (pr == 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
+				   "the sandbox did not offer a run within %d ms", READY_TIMEOUT_MS);
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	ssize_t n;
+	while ((n = recvmsg(s->ctl_fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n <= 0)
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	if (c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(fds)))
+		memcpy(fds, CMSG_DATA(c), sizeof(fds));
+	if (n != sizeof(off) || off.magic != SBX_PROTO_MAGIC || off.err_no != 0 || fds[0] < 0 ||
+	    fds[1] < 0) {
+		for (int i = 0; i < 2; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		return sbx_err_set(err, SBX_E_EXECUTION, off.err_no,
+				   "the sandbox could not prepare a run: %s",
+				   off.err_no ? strerror(off.err_no) : "garbled offer");
+	}
+	*pidfd = fds[0];
+	*sock = fds[1];
+	return 0;
+}
+
+int sbx_session_take_warm(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
+{
+	uint32_t want = SBX_PROTO_MAGIC;
+
+	if (s->ctl_fd < 0)
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
+	if (recv_offer(s, sock, pidfd, err) < 0)
+		return -1;
+	/* Ask for the next one now: the zygote prepares it while this run
+	 * goes on.  A full socket cannot happen: one request per offer. */
+	if (send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		close(*sock);
+		close(*pidfd);
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	}
+	return 0;
 }
 
 const char *sbx_session_work_dir(const sbx_session *s)

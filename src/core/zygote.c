@@ -3,13 +3,14 @@
  *
  * Building namespaces and a root filesystem costs milliseconds; forking a
  * process that already sits inside them costs tens of microseconds.  The
- * zygote is that process: it waits on the control socket, clones one
- * sbx-init into a fresh PID + mount namespace ahead of each request (so the
- * run's mounts and privilege drop are paid while the session is idle),
- * passes the request on to it, answers with the init's pidfd and reaps what
- * exits.  It ends when the host closes the
- * socket, dies, or the session's lifetime passes; as PID 1 of the session's
- * PID namespace, its end is the end of every process in the session.
+ * zygote is that process.  It keeps one run ready ahead of time: an
+ * sbx-init in a fresh PID + mount namespace whose mounts are made and whose
+ * workload has already dropped every privilege.  It offers that warm init
+ * to the host (its pidfd and the socket the request goes to), and starts
+ * the next one when the host says it took the offer, so the zygote is off
+ * the path of a run.  It reaps what exits, and ends when the host closes
+ * the control socket, dies, or the session's lifetime passes; as PID 1 of
+ * the session's PID namespace its end is the end of every process in it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -27,129 +28,92 @@
 
 #include "internal.h"
 
-static void reply(int ctl, int err_no, pid_t pid, int pidfd, const char *msg)
+/* Offer a warm init to the host: pidfd and request socket travel as
+ * SCM_RIGHTS; err_no != 0 says why there is none. */
+static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock)
 {
-	struct sbx_proto_reply rep;
+	struct sbx_proto_offer off;
 	struct msghdr mh;
-	struct iovec iov = {&rep, sizeof(rep)};
+	struct iovec iov = {&off, sizeof(off)};
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} u;
+	int fds[2] = {pidfd, sock};
 
-	memset(&rep, 0, sizeof(rep));
-	rep.magic = SBX_PROTO_MAGIC;
-	rep.err_no = err_no;
-	rep.pid = pid;
-	if (msg)
-		strncpy(rep.msg, msg, sizeof(rep.msg) - 1);
+	memset(&off, 0, sizeof(off));
+	off.magic = SBX_PROTO_MAGIC;
+	off.err_no = err_no;
+	off.pid = pid;
 	memset(&mh, 0, sizeof(mh));
 	mh.msg_iov = &iov;
 	mh.msg_iovlen = 1;
-	if (pidfd >= 0) {
+	if (!err_no) {
 		memset(&u, 0, sizeof(u));
 		mh.msg_control = u.buf;
 		mh.msg_controllen = sizeof(u.buf);
 		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
+		c->cmsg_len = CMSG_LEN(sizeof(fds));
+		memcpy(CMSG_DATA(c), fds, sizeof(fds));
 	}
 	while (sendmsg(ctl, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
 		;
 }
 
-/* The next run's init, started ahead of its request. */
-struct warm {
-	pid_t pid;
-	int pidfd;
-	int sock;
-};
-
-static void warm_drop(struct warm *w)
+/* Start a warm init and offer it; the zygote keeps no copy of its fds, so
+ * the host closing the socket unused ends it. */
+static void warm_offer(const struct sbx_zygote_cfg *cfg)
 {
-	if (w->sock >= 0)
-		close(w->sock);
-	if (w->pidfd >= 0)
-		close(w->pidfd);
-	w->pid = -1;
-	w->sock = w->pidfd = -1;
-}
+	int sp[2], pidfd = -1;
 
-static void warm_start(const struct sbx_zygote_cfg *cfg, struct warm *w)
-{
-	int sp[2];
-
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
+		offer(cfg->ctl_fd, errno, 0, -1, -1);
 		return;
-	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &w->pidfd);
+	}
+	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd);
 	if (pid == 0) {
 		close(sp[0]);
 		sbx_init_main(cfg, sp[1]);
 	}
 	close(sp[1]);
-	if (pid < 0) {
-		close(sp[0]);
-		w->pidfd = -1;
-		return;
-	}
-	w->pid = pid;
-	w->sock = sp[0];
-}
-
-/* Hand the request to the warm init (starting one if there is none, or
- * again if the one we had died), answer the host with its pidfd. */
-static void start_run(const struct sbx_zygote_cfg *cfg, struct warm *w,
-		      const struct sbx_proto_run *req, const char *payload, int fds[4])
-{
-	int err_no = 0;
-
-	for (int attempt = 0; attempt < 2; attempt++) {
-		if (w->pid < 0)
-			warm_start(cfg, w);
-		if (w->pid < 0) {
-			err_no = errno;
-			break;
-		}
-		if (sbx_proto_send_run(w->sock, req, payload, fds) == 0) {
-			reply(cfg->ctl_fd, 0, w->pid, w->pidfd, NULL);
-			err_no = 0;
-			break;
-		}
-		err_no = errno;
-		kill(w->pid, SIGKILL);
-		warm_drop(w);
-	}
-	if (err_no)
-		reply(cfg->ctl_fd, err_no, 0, -1, "start the run's init");
-	for (int i = 0; i < 4; i++)
-		close(fds[i]);
-	/* The warm init now belongs to this run; the zygote still reaps it. */
-	warm_drop(w);
+	offer(cfg->ctl_fd, pid < 0 ? errno : 0, pid, pidfd, sp[0]);
+	close(sp[0]);
+	if (pidfd >= 0)
+		close(pidfd);
 }
 
 void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 {
-	static char payload[SBX_PROTO_MAX_PAYLOAD];
-	struct sbx_proto_run req;
 	sigset_t mask;
-	int fds[4];
 	struct timespec t0;
-	struct warm w = {-1, -1, -1};
 
 	prctl(PR_SET_NAME, "sbx-zygote");
 	prctl(PR_SET_DUMPABLE, 0);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* Every init is born with the signals it forwards blocked: a signal
+	 * the host sends to a new PID namespace's init before it blocks them
+	 * itself would meet the default handler, which the kernel ignores for
+	 * a namespace init, and be lost. */
+	sigset_t forwarded;
+	sigemptyset(&forwarded);
+	for (int sig = 1; sig < 32; sig++) {
+		if (sig == SIGKILL || sig == SIGSTOP)
+			continue;
+		/* Whatever the host ignored (SIGPIPE, often) must not stay
+		 * ignored in the workload: SIG_IGN survives exec. */
+		signal(sig, SIG_DFL);
+		sigaddset(&forwarded, sig);
+	}
+	sigprocmask(SIG_BLOCK, &forwarded, NULL);
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
+	warm_offer(cfg);
 	for (;;) {
 		struct pollfd pfd[2] = {{cfg->ctl_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
-		if (w.pid < 0)
-			warm_start(cfg, &w);
 		int timeout = -1;
 		if (cfg->lifetime_ms) {
 			struct timespec now;
@@ -166,22 +130,17 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 			struct signalfd_siginfo si;
 			while (read(sfd, &si, sizeof(si)) == sizeof(si))
 				;
-			pid_t p;
-			while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
-				if (p == w.pid)
-					warm_drop(&w);
+			while (waitpid(-1, NULL, WNOHANG) > 0)
+				;
 		}
 		if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-			int rc = sbx_proto_recv_run(cfg->ctl_fd, &req, payload, fds);
-			if (rc == 1)
+			uint32_t want;
+			ssize_t n = recv(cfg->ctl_fd, &want, sizeof(want), 0);
+			if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 				_exit(0);
-			if (rc == 2)
-				continue;
-			if (rc < 0) {
-				reply(cfg->ctl_fd, EINVAL, 0, -1, "malformed run request");
-				continue;
-			}
-			start_run(cfg, &w, &req, payload, fds);
+			/* The host took the last offer (or found it dead). */
+			if (n == sizeof(want) && want == SBX_PROTO_MAGIC)
+				warm_offer(cfg);
 		}
 	}
 }
