@@ -164,29 +164,63 @@ static int unpack(const struct sbx_proto_run *req, const char *payload, const ch
 	return 0;
 }
 
-/* In the warm workload: report a setup failure to init, which passes it on
- * to the host once a request (and so a status fd) arrives. */
-static __attribute__((noreturn)) void warm_fail(int sock, const char *what, int err_no)
+/* What the workload tells init when the request has come: the run's
+ * timeout, with the status pipe attached (SCM_RIGHTS). */
+struct started {
+	uint32_t magic;
+	uint32_t timeout_ms;
+	uint32_t grace_ms;
+};
+
+static int send_started(int sock, const struct sbx_proto_run *req, int status_fd)
 {
-	char msg[200];
-	int n = snprintf(msg, sizeof(msg), "%s: %s", what, strerror(err_no));
-	if (send(sock, msg, (size_t)n, MSG_NOSIGNAL) < 0)
-		_exit(126);
-	_exit(127);
+	struct started st = {SBX_PROTO_MAGIC, req->timeout_ms, req->grace_ms};
+	struct iovec iov = {&st, sizeof(st)};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh;
+
+	memset(&mh, 0, sizeof(mh));
+	memset(&u, 0, sizeof(u));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &status_fd, sizeof(int));
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == sizeof(st) ? 0 : -1;
+}
+
+/* Wait for the host's request on sock (the socket the host was offered). */
+static void recv_request(int sock, struct sbx_proto_run *req, char *payload, int fds[4])
+{
+	int rc;
+	while ((rc = sbx_proto_recv_run(sock, req, payload, fds)) == 2)
+		;
+	if (rc != 0)
+		_exit(0); /* the host dropped the offer */
 }
 
 /*
  * The workload, forked before the request exists: it gives up every
  * privilege first (ids, no_new_privs, capabilities, seccomp last), so all
- * of that is paid while the session is idle; then it waits for the
- * command, takes its stdio and execs.
+ * of that is paid while the session is idle; then it waits for the host's
+ * request on hsock, passes the timeout and status fd to init over isock,
+ * takes its stdio and execs.  A setup failure is reported on the status fd
+ * of the request it then still waits for.
  */
-static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int sock)
+static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int hsock,
+					       int isock)
 {
 	static char payload[SBX_PROTO_MAX_PAYLOAD];
 	struct sbx_proto_run req;
-	const char *cwd, **argv, **envp;
-	int fds[4];
+	const char *cwd, **argv, **envp, *what = NULL;
+	int fds[4], err_no = 0;
 	sbx_err err;
 	sigset_t none;
 
@@ -196,32 +230,36 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* Its own session: no controlling terminal of ours, its own group. */
 	setsid();
+	err.msg[0] = '\0';
 	/* Ids first: the uid is already 1000, but make every id 1000 and drop
 	 * any supplementary group (setgroups is denied when the host side is
 	 * unprivileged; then there is nothing to drop). */
-	if (setgroups(0, NULL) != 0 && errno != EPERM)
-		warm_fail(sock, "setgroups", errno);
-	if (setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
-	    setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)
-		warm_fail(sock, "become the sandbox user", errno);
 	struct rlimit core = {0, 0};
-	setrlimit(RLIMIT_CORE, &core);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		warm_fail(sock, "no_new_privs", errno);
-	if (sbx_caps_drop_all(&err) < 0)
-		warm_fail(sock, err.msg, err.sys_errno);
+	if (setgroups(0, NULL) != 0 && errno != EPERM)
+		what = "setgroups", err_no = errno;
+	else if (setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
+		 setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)
+		what = "become the sandbox user", err_no = errno;
+	else if (setrlimit(RLIMIT_CORE, &core) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		what = "no_new_privs", err_no = errno;
+	else if (sbx_caps_drop_all(&err) < 0)
+		what = err.msg, err_no = err.sys_errno;
 	/* Everything but stdio goes at exec; the status fd stays usable until
 	 * then to report a failed exec. */
-	syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
-	if (sbx_seccomp_install(cfg->seccomp, &err) < 0)
-		warm_fail(sock, err.msg, err.sys_errno);
+	else if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+		what = "close fds", err_no = errno;
+	else if (sbx_seccomp_install(cfg->seccomp, &err) < 0)
+		what = err.msg, err_no = err.sys_errno;
 
-	int rc;
-	while ((rc = sbx_proto_recv_run(sock, &req, payload, fds)) == 2)
-		;
-	if (rc != 0)
-		_exit(127);
+	recv_request(hsock, &req, payload, fds);
 	int status_fd = fds[3];
+	if (what) {
+		/* Never run a command with privileges we failed to drop. */
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, err_no, 0, "%s: %s", what,
+				strerror(err_no));
+		_exit(127);
+	}
+	send_started(isock, &req, status_fd);
 	for (int i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0) {
 			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "stdio: %s",
@@ -246,6 +284,34 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", argv[0],
 			strerror(errno));
 	_exit(127);
+}
+
+/* Receive the workload's "started" message; the status fd into *status. */
+static int recv_started(int sock, struct started *st, int *status)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {st, sizeof(*st)};
+	struct msghdr mh;
+
+	memset(&mh, 0, sizeof(mh));
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	*status = -1;
+	if (n > 0 && c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(status, CMSG_DATA(c), sizeof(int));
+	if (n != sizeof(*st) || st->magic != SBX_PROTO_MAGIC || *status < 0) {
+		if (*status >= 0)
+			close(*status);
+		return n < 0 && errno == EAGAIN ? 1 : -1;
+	}
+	return 0;
 }
 
 static int make_timer(uint32_t ms)
@@ -277,15 +343,15 @@ static bool reap(pid_t child, int *st)
 	return found;
 }
 
-void sbx_init_main(const struct sbx_zygote_cfg *cfg, int zsock)
+void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 {
 	static char payload[SBX_PROTO_MAX_PAYLOAD];
 	struct sbx_proto_run req;
-	char setup_error[240] = "";
-	int fds[4], wsock[2] = {-1, -1}, wstatus = 0, rc;
+	struct started st;
+	int wsock[2] = {-1, -1}, wstatus = 0, status_fd = -1, fds[4];
 	uint32_t timed_out = 0;
 	bool exited = false, killing = false;
-	uint64_t pending = 0; /* signals the host sent before the request */
+	uint64_t pending = 0; /* signals the host sent before the run started */
 	pid_t child = -1;
 	sigset_t mask;
 	sbx_err err;
@@ -294,10 +360,11 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int zsock)
 	prctl(PR_SET_NAME, "sbx-init");
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
-	sbx_close_fds_except(&zsock, 1);
+	sbx_close_fds_except(&hsock, 1);
 
-	/* Block what we handle, so it queues on the signalfd; signals from
-	 * inside the run queue too and are told apart by ssi_pid. */
+	/* The zygote had these blocked already, so none was lost before this
+	 * point; they queue on the signalfd, and signals from inside the run
+	 * are told apart by ssi_pid. */
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
 	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
@@ -305,25 +372,29 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int zsock)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
-	if (sbx_rootfs_run_mounts(cfg, &err) < 0)
-		snprintf(setup_error, sizeof(setup_error), "%.200s", err.msg);
-	else if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0)
-		snprintf(setup_error, sizeof(setup_error), "socketpair: %s", strerror(errno));
-	else if ((child = fork()) < 0)
-		snprintf(setup_error, sizeof(setup_error), "fork: %s", strerror(errno));
-	else if (child == 0) {
-		close(wsock[0]);
-		close(zsock);
-		close(sfd);
-		workload(cfg, wsock[1]);
+	if (sbx_rootfs_run_mounts(cfg, &err) < 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0 ||
+	    (child = fork()) < 0) {
+		/* No run can start here: say why to whoever sends a request. */
+		char why[240];
+		snprintf(why, sizeof(why), "%.200s", child < 0 && wsock[0] >= 0 ? strerror(errno)
+								    : err.msg);
+		recv_request(hsock, &req, payload, fds);
+		sbx_status_send(fds[3], SBX_STATUS_ERROR, 0, 0, 0, "%s", why);
+		_exit(1);
 	}
-	if (wsock[1] >= 0)
-		close(wsock[1]);
+	if (child == 0) {
+		close(wsock[0]);
+		close(sfd);
+		workload(cfg, hsock, wsock[1]);
+	}
+	/* The request goes straight to the workload. */
+	close(hsock);
+	close(wsock[1]);
 
-	/* Warm: wait for the request; a workload that failed to drop its
-	 * privileges has said why on wsock and exited. */
+	/* Warm: wait until the workload says it started (or is gone). */
 	for (;;) {
-		struct pollfd pfd[2] = {{zsock, POLLIN, 0}, {sfd, POLLIN, 0}};
+		struct pollfd pfd[2] = {{wsock[0], POLLIN, 0}, {sfd, POLLIN, 0}};
 		if (poll(pfd, 2, -1) < 0 && errno != EINTR)
 			_exit(1);
 		if (pfd[1].revents & POLLIN) {
@@ -331,37 +402,28 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int zsock)
 			while (read(sfd, &si, sizeof(si)) == sizeof(si))
 				if (si.ssi_signo != SIGCHLD && si.ssi_pid == 0 && si.ssi_signo < 64)
 					pending |= 1ull << si.ssi_signo;
-			if (child > 0 && reap(child, &wstatus)) {
-				child = -1;
-				ssize_t n = recv(wsock[0], setup_error, sizeof(setup_error) - 1,
-						 MSG_DONTWAIT);
-				setup_error[n > 0 ? n : 0] = '\0';
-				if (!setup_error[0])
-					snprintf(setup_error, sizeof(setup_error),
-						 "the workload died while dropping privileges");
+			if (reap(child, &wstatus)) {
+				/* A quick command may exit before we read its
+				 * start; one that never started reported its own
+				 * failure, or had no request. */
+				if (recv_started(wsock[0], &st, &status_fd) != 0)
+					_exit(0);
+				exited = true;
+				break;
 			}
 		}
 		if (!(pfd[0].revents & (POLLIN | POLLHUP | POLLERR)))
 			continue;
-		rc = sbx_proto_recv_run(zsock, &req, payload, fds);
+		int rc = recv_started(wsock[0], &st, &status_fd);
 		if (rc == 0)
 			break;
-		if (rc == 1)
+		if (rc < 0)
 			_exit(0);
 	}
-	close(zsock);
-	int status_fd = fds[3];
-	if (setup_error[0] || child < 0 || sbx_proto_send_run(wsock[0], &req, payload, fds) < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, 0, 0, "%s",
-				setup_error[0] ? setup_error : "the workload is gone");
-		_exit(1);
-	}
 	close(wsock[0]);
-	for (int i = 0; i < 3; i++)
-		close(fds[i]);
-	int tfd = make_timer(req.timeout_ms);
+	int tfd = make_timer(st.timeout_ms);
 	/* The host may signal the run as soon as it has the pidfd, which can
-	 * be before we read the request: deliver what came early. */
+	 * be before the workload started: deliver what came early. */
 	for (int sig = 1; sig < 64; sig++)
 		if (pending & (1ull << sig))
 			kill(-1, sig);
@@ -381,7 +443,7 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int zsock)
 				killing = true;
 				kill(-1, SIGTERM);
 				struct itimerspec its = {{0, 0}, {0, 0}};
-				uint32_t g = req.grace_ms ? req.grace_ms : 2000;
+				uint32_t g = st.grace_ms ? st.grace_ms : 2000;
 				its.it_value.tv_sec = g / 1000;
 				its.it_value.tv_nsec = (long)(g % 1000) * 1000000L;
 				timerfd_settime(tfd, 0, &its, NULL);
