@@ -12,7 +12,7 @@
  *
  * Run side (per run, in sbx-init's fresh mount namespace): a new tmpfs on
  * /tmp and /dev/shm, the work dir re-attached beneath /tmp, a /proc of the
- * run's own PID namespace with /proc/sys read-only.
+ * run's own PID namespace, mounted read-only.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -261,7 +261,8 @@ static int build_tree(const sbx_session_opts *opts, const char *host_work_dir, s
 	if (build_etc(opts, err) < 0 || build_dev(err) < 0)
 		return -1;
 	if (mkdir(NEW "/proc", 0555) != 0 ||
-	    mount("proc", NEW "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+	    mount("proc", NEW "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
+		    0)
 		return FAIL("mount /proc: %s", strerror(errno));
 	if (mkdir(NEW "/tmp", 01777) != 0 || chmod(NEW "/tmp", 01777) != 0 ||
 	    mkdir(NEW SBX_SANDBOX_WORKDIR, 0755) != 0)
@@ -360,8 +361,9 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 	int rc = -1;
 
 	/* Detach a copy of every mount the fresh /tmp and /dev/shm will cover
-	 * (the work dir, binds below them), then unmount the originals so
-	 * they do not linger underneath. */
+	 * (the work dir, binds below them).  The originals stay underneath,
+	 * unreachable: unmounting them would cost an expedited RCU grace
+	 * period (IPIs to every CPU) per run. */
 	for (; cfg->carry[n]; n++) {
 		carried[n] = sys_open_tree(cfg->carry[n], OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 		if (carried[n] < 0) {
@@ -369,23 +371,14 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 			goto out;
 		}
 	}
-	for (size_t i = n; i-- > 0;)
-		umount2(cfg->carry[i], MNT_DETACH);
-	/* A proc of the run's own PID namespace.  The kernel mounts a new
-	 * proc only where one is fully visible already, so mount it aside,
-	 * drop the session's, and move the new one in. */
-	if (mount("proc", "/dev/shm", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
-		    0 ||
-	    umount2("/proc", MNT_DETACH) != 0 || mount("/dev/shm", "/proc", NULL, MS_MOVE, NULL) != 0) {
+	/* A proc of the run's own PID namespace, over the session's (the
+	 * kernel mounts a new proc only where one is fully visible already).
+	 * Read-only as a mount, so /proc/sys and friends are too, even for
+	 * code that regained a privilege. */
+	if (mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
 		FAIL("mount /proc: %s", strerror(errno));
 		goto out;
 	}
-	/* Kernel knobs stay read-only even for code that regains a privilege. */
-	if (bind_mount("/proc/sys", "/proc/sys", false, false, err) < 0)
-		goto out;
-	if (access("/proc/sysrq-trigger", F_OK) == 0 &&
-	    bind_mount("/proc/sysrq-trigger", "/proc/sysrq-trigger", false, false, err) < 0)
-		goto out;
 	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)cfg->tmp_bytes);
 	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0) {
 		FAIL("mount /tmp: %s", strerror(errno));
