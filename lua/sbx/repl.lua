@@ -6,11 +6,30 @@
 -- opened on first use (options from `sbxlua --session-opts`) with its output
 -- shown as it arrives, and closed when the REPL ends (Ctrl-D).
 --
--- Line editing and history come from sbx.readline (libedit) when stdin is a
--- terminal; otherwise lines are read with io.read and no prompt is printed,
--- so the REPL can be driven through a pipe.
+-- Line editing, tab completion (sbx.complete) and history kept across
+-- restarts ($SBXLUA_HISTORY, default ~/.sbxlua_history) come from
+-- sbx.readline (libedit) when stdin is a terminal; otherwise lines are read
+-- with io.read and no prompt is printed, so the REPL can be driven through a
+-- pipe.  Results print through sbx.pretty.  Commands: see HELP below.
+
+local pretty = require "sbx.pretty"
+local complete = require "sbx.complete"
 
 local M = {}
+
+local HELP = [[
+  expr / =expr          evaluate and print (tables nested, cycles marked)
+  statement             run Lua; an incomplete chunk continues on the next line
+  !cmd                  run cmd in the session, output live; [exit N] when non-zero
+  :put LOCAL REMOTE     copy a local file into the session's work dir
+  :get REMOTE LOCAL     copy a file out of the work dir
+  :net blocked|allowlist|open   network mode of the next ! runs
+  :session              show the session (opening it if needed)
+  :close                close the session (the next ! opens a new one)
+  :help                 this text
+  Tab completes globals, fields (a.b) and methods (s:ru); Ctrl-C stops the
+  running command or drops the line; Ctrl-D closes the session and leaves.]]
+local COMMANDS = { ":put", ":get", ":net", ":session", ":close", ":help" }
 
 local PROMPT, PROMPT2 = "sbx> ", "...> "
 
@@ -25,43 +44,12 @@ local function errtext(e)
   return tostring(e)
 end
 
--- One value for display: strings quoted inside tables, tables one level deep.
-local function show_inner(v)
-  if type(v) == "string" then return string.format("%q", v) end
-  return tostring(v)
-end
-
-local function show(v)
-  if type(v) ~= "table" or (getmetatable(v) and getmetatable(v).__tostring) then
-    return tostring(v)
-  end
-  local parts, n = {}, #v
-  for i = 1, n do parts[#parts + 1] = show_inner(v[i]) end
-  local keys = {}
-  for k in pairs(v) do
-    if not (type(k) == "number" and k >= 1 and k <= n and k % 1 == 0) then
-      keys[#keys + 1] = k
-    end
-  end
-  table.sort(keys, function(a, b)
-    if type(a) == type(b) and (type(a) == "string" or type(a) == "number") then return a < b end
-    return type(a) < type(b)
-  end)
-  for _, k in ipairs(keys) do
-    local ks = (type(k) == "string" and k:match("^[%a_][%w_]*$")) and k
-      or "[" .. show_inner(k) .. "]"
-    parts[#parts + 1] = ks .. " = " .. show_inner(v[k])
-  end
-  if #parts == 0 then return "{}" end
-  return "{ " .. table.concat(parts, ", ") .. " }"
-end
-
 local function pack(...) return select("#", ...), { ... } end
 
 local function print_results(n, ...)
   if n == 0 then return end
   local out = {}
-  for i = 1, n do out[i] = show((select(i, ...))) end
+  for i = 1, n do out[i] = pretty.show((select(i, ...))) end
   io.stdout:write(table.concat(out, "\t"), "\n")
   io.stdout:flush()
 end
@@ -80,10 +68,26 @@ end
 
 -- The reader: libedit on a terminal, plain io.read (no prompt) otherwise.
 -- read(prompt) -> line | nil (end of input) | false (Ctrl-C).
+local function history_path()
+  local p = os.getenv("SBXLUA_HISTORY")
+  if p then return p ~= "" and p or nil end
+  local home = os.getenv("HOME")
+  return home and home .. "/.sbxlua_history" or nil
+end
+
 local function make_reader()
   local ok, rl = pcall(require, "sbx.readline")
   if ok and rl.isatty() then
-    return rl.readline, rl.add_history, rl.call, true
+    rl.set_completer(function(word, line)
+      return complete.candidates(word, line, _G, COMMANDS)
+    end)
+    local path = history_path()
+    if path then rl.read_history(path) end
+    local function add(line)
+      rl.add_history(line)
+      if path then rl.write_history(path) end
+    end
+    return rl.readline, add, rl.call, true
   end
   local call = ok and rl.call or pcall
   return function() return io.read("*l") end, function() end, call, false
@@ -116,7 +120,7 @@ end
 function Shell:run(cmd)
   local s = self:session()
   io.stdout:flush() -- what we printed comes before what cmd prints
-  local p = s:run(cmd, { stdout = "inherit", stderr = "inherit" })
+  local p = s:run(cmd, { stdout = "inherit", stderr = "inherit", network_mode = self.net })
   self.p = p -- for abort() when Ctrl-C interrupts the wait
   p:wait()
   self.p = nil
@@ -136,6 +140,46 @@ function Shell:abort()
   local p = self.p
   self.p = nil
   if p then pcall(p.kill, p) end
+end
+
+local function slurp(path)
+  local f, err = io.open(path, "rb")
+  if not f then error("InvalidArgument: " .. err, 0) end
+  local data = f:read("*a")
+  f:close()
+  return data
+end
+
+-- The REPL's own commands (a line starting with ':').
+function Shell:command(line)
+  local name, rest = line:match("^:(%a+)%s*(.-)%s*$")
+  local a, b = (rest or ""):match("^(%S+)%s+(%S+)$")
+  if name == "help" then
+    io.stdout:write(HELP, "\n")
+  elseif name == "put" and a then
+    self:session():put_bytes(b, slurp(a))
+    io.stdout:write(("%s -> %s\n"):format(a, b))
+  elseif name == "get" and a then
+    local data = self:session():get_bytes(a)
+    local f, err = io.open(b, "wb")
+    if not f then error("InvalidArgument: " .. err, 0) end
+    f:write(data)
+    f:close()
+    io.stdout:write(("%s -> %s (%d bytes)\n"):format(a, b, #data))
+  elseif name == "net" and (rest == "blocked" or rest == "allowlist" or rest == "open") then
+    self.net = rest
+    io.stdout:write(("network_mode %s for the next runs\n"):format(rest))
+  elseif name == "session" then
+    local s = self:session()
+    io.stdout:write(pretty.show({ name = s.name, id = s.id, backend = s.backend,
+      work_dir = s.work_dir, created_at = s.created_at, is_owner = s.is_owner,
+      endpoint = s.endpoint, network_mode = self.net or "(session default)" }), "\n")
+  elseif name == "close" then
+    self:close()
+    io.stdout:write("session closed\n")
+  else
+    error("InvalidArgument: unknown or incomplete command '" .. line .. "' (:help lists them)", 0)
+  end
 end
 
 function Shell:close()
@@ -174,6 +218,10 @@ function M.run(opts)
     elseif line == false then -- Ctrl-C: drop what was typed
       io.stdout:write("\n")
       buf = nil
+    elseif not buf and line:match("^:%a") then
+      add_history(line)
+      local ok, err = call(Shell.command, shell, line)
+      if not ok then io.stderr:write(errtext(err), "\n") end
     elseif not buf and line:sub(1, 1) == "!" then
       add_history(line)
       local cmd = line:sub(2)

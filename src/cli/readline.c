@@ -1,7 +1,7 @@
 /*
- * readline.c: the sbx.readline module, libedit's line editor and history
- * for the REPL (lua/sbx/repl.lua), plus the interruptible protected call
- * the REPL evaluates each line with.
+ * readline.c: the sbx.readline module, libedit's line editor, history and
+ * tab completion for the REPL (lua/sbx/repl.lua), plus the interruptible
+ * protected call the REPL evaluates each line with.
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -57,6 +57,94 @@ static int l_readline(lua_State *L)
 	return 1;
 }
 
+/* The Lua state and registry ref of the completion function while
+ * readline() runs; libedit's callbacks have no user pointer. */
+static lua_State *complete_L;
+static int complete_ref = LUA_NOREF;
+
+/* One match per call, as libedit's generator protocol wants: the Lua
+ * function is asked once (state 0) for every candidate of text. */
+static char *complete_next(const char *text, int state)
+{
+	static int n, i;
+	lua_State *L = complete_L;
+
+	if (state == 0) {
+		n = i = 0;
+		lua_rawgeti(L, LUA_REGISTRYINDEX, complete_ref);
+		lua_pushstring(L, text);
+		lua_pushlstring(L, rl_line_buffer, (size_t)rl_point);
+		if (lua_pcall(L, 2, 1, 0) != 0 || !lua_istable(L, -1)) {
+			lua_pop(L, 1);
+			return NULL;
+		}
+		n = (int)lua_objlen(L, -1);
+		lua_setfield(L, LUA_REGISTRYINDEX, "sbx.readline.matches");
+	}
+	if (i >= n)
+		return NULL;
+	lua_getfield(L, LUA_REGISTRYINDEX, "sbx.readline.matches");
+	lua_rawgeti(L, -1, ++i);
+	const char *m = lua_tostring(L, -1);
+	char *copy = m ? strdup(m) : NULL;
+	lua_pop(L, 2);
+	return copy;
+}
+
+static char **complete(const char *text, int start, int end)
+{
+	(void)start;
+	(void)end;
+	/* Never fall back to file names: this is Lua, not a shell; and no
+	 * space after a match, which is often followed by '.', ':' or '('. */
+	rl_attempted_completion_over = 1;
+	rl_completion_append_character = '\0';
+	return rl_completion_matches(text, complete_next);
+}
+
+/* set_completer(fn): fn(word, line_before_cursor) -> { candidates } */
+static int l_set_completer(lua_State *L)
+{
+	luaL_checktype(L, 1, LUA_TFUNCTION);
+	if (complete_ref != LUA_NOREF)
+		luaL_unref(L, LUA_REGISTRYINDEX, complete_ref);
+	lua_pushvalue(L, 1);
+	complete_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+	complete_L = L;
+	rl_attempted_completion_function = complete;
+	/* Complete whole paths like s:ru or string.fo: '.' and ':' are part of
+	 * the word. */
+	rl_basic_word_break_characters = " \t\n\"\\'`@$><=;|&{(,+-*/%^#~[]";
+	return 0;
+}
+
+/* read_history(path) / write_history(path [, max_lines]) -> true | nil, err */
+static int l_read_history(lua_State *L)
+{
+	int rc = read_history(luaL_checkstring(L, 1));
+	if (rc != 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, strerror(rc));
+		return 2;
+	}
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+static int l_write_history(lua_State *L)
+{
+	const char *path = luaL_checkstring(L, 1);
+	stifle_history((int)luaL_optinteger(L, 2, 1000));
+	int rc = write_history(path);
+	if (rc != 0) {
+		lua_pushnil(L);
+		lua_pushstring(L, strerror(rc));
+		return 2;
+	}
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
 /* add_history(line): make line reachable with the up arrow. */
 static int l_add_history(lua_State *L)
 {
@@ -98,6 +186,9 @@ int sbx_cli_open_readline(lua_State *L)
 		{"add_history", l_add_history},
 		{"isatty", l_isatty},
 		{"call", l_call},
+		{"set_completer", l_set_completer},
+		{"read_history", l_read_history},
+		{"write_history", l_write_history},
 		{NULL, NULL},
 	};
 

@@ -1,0 +1,149 @@
+-- repl_spec.lua: the sbxlua REPL used as a person uses it, under tmux:
+-- typed keys in, the screen read back (send-keys / capture-pane).
+--
+-- Each test gets its own tmux server (-L) and history file, and waits for
+-- what it expects on screen with a deadline instead of fixed sleeps.
+
+local H = require "spec.sec_helpers"
+local clock = require "sbx.clock"
+
+local function sh(cmd)
+  local h = assert(io.popen(cmd .. " 2>&1"))
+  local out = h:read("*a")
+  h:close()
+  return out
+end
+
+local Term = {}
+Term.__index = Term
+
+local n = 0
+local function term(history)
+  n = n + 1
+  local t = setmetatable({ sock = ("sbx-repl-spec-%d-%d"):format(n, os.time()) }, Term)
+  sh(("tmux -L %s new-session -d -x 150 -y 45 %s"):format(t.sock,
+    H.q(("cd %s && SBXLUA_HISTORY=%s %s; sleep 30"):format(H.q(H.ROOT), H.q(history), H.q(H.SBXLUA)))))
+  t:wait_for("sbx>")
+  return t
+end
+
+function Term:keys(...)
+  for _, k in ipairs({ ... }) do
+    if k:match("^<.+>$") then
+      sh(("tmux -L %s send-keys %s"):format(self.sock, k:sub(2, -2)))
+    else
+      sh(("tmux -L %s send-keys -l %s"):format(self.sock, H.q(k)))
+    end
+  end
+end
+
+function Term:screen()
+  return sh(("tmux -L %s capture-pane -p"):format(self.sock))
+end
+
+-- Wait until the screen contains text (plain), up to timeout_s; returns
+-- the screen and the seconds waited.
+function Term:wait_for(text, timeout_s)
+  local t0 = clock.now_ns()
+  local screen
+  repeat
+    screen = self:screen()
+    if screen:find(text, 1, true) then return screen, (clock.now_ns() - t0) / 1e9 end
+    sh("sleep 0.05")
+  until (clock.now_ns() - t0) / 1e9 > (timeout_s or 5)
+  error(("timed out waiting for %q; screen:\n%s"):format(text, screen), 2)
+end
+
+function Term:kill()
+  sh(("tmux -L %s kill-server"):format(self.sock))
+end
+
+describe("the sbxlua REPL under tmux", function()
+  local history
+
+  before_each(function()
+    history = os.tmpname()
+  end)
+
+  after_each(function()
+    os.remove(history)
+  end)
+
+  it("evaluates expressions, continues incomplete chunks, pretty-prints tables", function()
+    local t = term(history)
+    finally(function() t:kill() end)
+    t:keys("1 + 1", "<Enter>")
+    t:wait_for("\n2\n")
+    for _, l in ipairs({ "function f(x)", "  return x * 2", "end" }) do t:keys(l, "<Enter>") end
+    t:wait_for("...> end")
+    t:keys("=f(21)", "<Enter>")
+    t:wait_for("\n42\n")
+    t:keys("x = {1, {a = 'b'}}; x.self = x", "<Enter>", "x", "<Enter>")
+    local screen = t:wait_for("<cycle: table:")
+    assert.is_truthy(screen:find('{ a = "b" }', 1, true), screen)
+  end)
+
+  it("completes globals, fields and session methods with Tab", function()
+    local t = term(history)
+    finally(function() t:kill() end)
+    t:keys("string.for", "<Tab>", '("%d!", 7)', "<Enter>")
+    t:wait_for("7!")
+    t:keys("s = sbx.session()", "<Enter>")
+    t:keys("s:run_c", "<Tab>", "('print(6 * 7)')", "<Enter>")
+    t:wait_for("\n42\n")
+  end)
+
+  it("streams !cmd output live, shows a non-zero exit, and Ctrl-C kills the run only", function()
+    local t = term(history)
+    finally(function() t:kill() end)
+    t:keys("!echo first; sleep 2; echo second; exit 3", "<Enter>")
+    local _, waited = t:wait_for("first")
+    local screen = t:screen()
+    assert.is_nil(screen:find("\nsecond", 1, true), "output was held back until the end")
+    t:wait_for("[exit 3]", 6)
+    assert.is_true(waited < 1.8, ("first line took %.2f s"):format(waited))
+    t:keys("!sleep 100", "<Enter>")
+    sh("sleep 0.5")
+    t:keys("<C-c>")
+    local _, back = t:wait_for("interrupted", 3)
+    assert.is_true(back < 1, ("prompt back after %.2f s"):format(back))
+    t:keys("!echo still-alive", "<Enter>")
+    t:wait_for("still-alive\n")
+    t:keys(":session", "<Enter>")
+    t:wait_for('backend = "userns"')
+  end)
+
+  it("keeps history across restarts", function()
+    local t = term(history)
+    t:keys("remembered_value = 12345", "<Enter>")
+    t:wait_for("sbx> remembered_value = 12345\nsbx>")
+    t:keys("<C-d>")
+    sh("sleep 0.3")
+    t:kill()
+    local t2 = term(history)
+    finally(function() t2:kill() end)
+    t2:keys("<Up>")
+    t2:wait_for("sbx> remembered_value = 12345")
+  end)
+
+  it("moves files with :put and :get, and names unknown commands", function()
+    local t = term(history)
+    finally(function() t:kill() end)
+    local src, dst = os.tmpname(), os.tmpname()
+    finally(function() os.remove(src) os.remove(dst) end)
+    local f = assert(io.open(src, "w"))
+    f:write("payload-123\n")
+    f:close()
+    t:keys(":put " .. src .. " in.txt", "<Enter>")
+    t:wait_for("-> in.txt")
+    t:keys("!cat in.txt", "<Enter>")
+    t:wait_for("payload-123\nsbx>")
+    t:keys(":get in.txt " .. dst, "<Enter>")
+    t:wait_for("(12 bytes)")
+    f = assert(io.open(dst))
+    assert.are.equal("payload-123\n", f:read("*a"))
+    f:close()
+    t:keys(":bogus", "<Enter>")
+    t:wait_for("InvalidArgument: unknown or incomplete command ':bogus'")
+  end)
+end)
