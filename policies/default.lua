@@ -1,19 +1,25 @@
 -- policies/default.lua: the default policy of sbx sessions.
 --
--- A policy is a Lua chunk returning a table.  It runs in a restricted
--- environment (string, table, math, pairs, ipairs, type, tostring, tonumber,
--- select, error, assert, pcall, next, unpack, `log(...)` and `presets`, the
--- network presets of sbx) with an instruction budget; a policy that fails to
--- load or returns something else than a table denies every session (fail
--- closed).  This one is data only; hooks (on_session_open, on_run, ...) come
--- with the policy engine.
+-- A policy is a Lua chunk returning a table; policies/README.md explains
+-- every field and hook.  It runs in a restricted environment (string,
+-- table, math, os.time/clock/date, pairs, ipairs, type, tostring,
+-- tonumber, select, error, assert, pcall, next, unpack, log, deny, match,
+-- presets, sbx.PYPI_HOSTS/NPM_HOSTS/CLOUD_METADATA_DENY) under an
+-- instruction budget and a deadline per hook call; a policy that fails to
+-- load, or a hook that errors, runs too long or returns something
+-- malformed, denies (fail closed).
 --
--- Sections:
---   defaults    what a session gets when it does not ask
---   ceilings    the most a session or run may ask for
---   filesystem  what the sandbox sees of the host
---   seccomp     extra syscalls to refuse on top of the built-in baseline
---   network     deny-list every session gets (allow-lists come from callers)
+-- This one: the userns backend, network blocked by default (allowlist and
+-- open may be asked for), cloud metadata and the host's loopback denied,
+-- modest resource ceilings.
+
+local function concat(...)
+  local out = {}
+  for i = 1, select("#", ...) do
+    for _, v in ipairs((select(i, ...))) do out[#out + 1] = v end
+  end
+  return out
+end
 
 return {
   name = "default",
@@ -36,6 +42,12 @@ return {
     max_session_timeout_s = 86400,     -- hard ceiling: 24 h
     max_run_timeout_s = 86400,
     max_file_bytes = 1024 * 1024 * 1024,
+    memory_mb = 4096,
+    cpu_milli = 4000,                  -- 4 CPUs
+    pids = 1024,
+    disk_mb = 10240,
+    gpus = 0,                          -- no GPU (gpu.lua grants one)
+    clamp = false,                     -- above a ceiling: PolicyDenied, never clamped
   },
 
   filesystem = {
@@ -55,15 +67,39 @@ return {
     -- them, and contain none of them (the state dir is added at runtime).
     forbidden = {
       "/", "/proc", "/sys", "/dev", "/home", "/root", "/etc", "/var/run/docker.sock",
-      "/run", "/boot",
+      "/run", "/boot", "/var/lib/sbx",
     },
+    -- allow_ro / allow_rw (unset here): when set, requested paths must also
+    -- lie at or below one of their entries.
   },
 
   seccomp = {
-    deny = {},
+    deny = {},                         -- on top of the core's baseline
   },
 
   network = {
-    denylist = presets.CLOUD_METADATA_DENY,
+    -- Checked first, against the name and every resolved address.  The
+    -- proxy runs on the host, so the host's loopback is denied too.
+    denylist = concat(sbx.CLOUD_METADATA_DENY, {
+      "127.0.0.0/8", "::1", "0.0.0.0/8", "::",
+    }),
+    -- allowlist: callers give theirs (network_allowlist); nil here.
   },
+
+  -- Hooks: return true to allow, an adjusted copy of req to adjust (within
+  -- the ceilings), false and a reason (or deny("reason")) to deny.
+  on_session_open = function(req, ctx)
+    return true
+  end,
+
+  on_run = function(req, ctx)
+    return true
+  end,
+
+  on_connect = function(host, port, addrs, ctx)
+    return true
+  end,
+
+  on_close = function(session, ctx)
+  end,
 }

@@ -202,23 +202,7 @@ end
 
 -- ---- session options ----
 
-local NOT_BUILT = {
-  privileged = {
-    "the privileged backend (namespaces made with CAP_SYS_ADMIN, no user namespace) is not built "
-      .. "yet; it comes with the backends issue",
-    'use backend = "userns"',
-  },
-  bubblewrap = {
-    "the bubblewrap backend (delegating to the system bwrap) is not built yet; it comes with the "
-      .. "backends issue",
-    'use backend = "userns"',
-  },
-  none = {
-    "the unisolated development backend is not built yet; once it is, a policy must list it in "
-      .. "ceilings.backends",
-    'use backend = "userns"',
-  },
-}
+local NOT_BUILT = {}
 
 -- Directories a pinned work dir (or state dir) may not lie in: the sandbox
 -- writes there.
@@ -346,8 +330,17 @@ function M.session(opts, pol, ctx)
     for _, h in ipairs(check_list("network_denylist", opts.network_denylist)) do deny[#deny + 1] = h end
   end
   o.network_denylist = deny
-  for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb", "gpus" } do
-    if opts[k] ~= nil then check_integer(k, opts[k], 0) end
+  -- Resource ceilings: enforced by the core (cgroup, tmpfs work dir);
+  -- the policy's ceilings bound them (PolicyDenied above).
+  for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb" } do
+    if opts[k] ~= nil then o[k] = check_integer(k, opts[k], 1) end
+  end
+  if opts.gpus ~= nil then o.gpus = check_integer("gpus", opts.gpus, 0) end
+  if o.memory_mb and o.memory_mb < 16 then
+    invalid("memory_mb", "at least 16 MiB (a sandbox needs some memory to start), got %d", o.memory_mb)
+  end
+  if o.pids and o.pids < 8 then
+    invalid("pids", "at least 8 (the sandbox's own processes count), got %d", o.pids)
   end
 
   -- Pass 2: what this build can honour.  Fail closed: never accept a
@@ -355,19 +348,14 @@ function M.session(opts, pol, ctx)
   if NOT_BUILT[o.backend] then
     errors.raise(errors.BackendUnavailable(o.backend, NOT_BUILT[o.backend][1], NOT_BUILT[o.backend][2]))
   end
-  if opts.gpus ~= nil and opts.gpus ~= 0 then
+  if o.gpus and o.gpus > 0 and o.backend ~= "privileged" then
     errors.raise(errors.BackendUnavailable("privileged",
-      "GPUs need the privileged backend (CUDA's cuInit fails in an unprivileged user namespace) "
-        .. "and the GPU support of the backends issue, neither is built yet",
-      "leave gpus unset or 0"))
+      ("gpus = %d needs the privileged backend (CUDA's cuInit fails in an unprivileged user "
+        .. "namespace; %s has no device isolation)"):format(o.gpus, o.backend),
+      'use backend = "privileged" (as root), or leave gpus unset'))
   end
-  for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb" } do
-    if opts[k] ~= nil then
-      errors.raise(errors.BackendUnavailable(o.backend,
-        ("%s: resource ceilings need the cgroup support of the backends issue, not built yet, "
-          .. "and sbx never accepts a ceiling it does not enforce"):format(k),
-        "leave memory_mb, cpu_milli, pids and disk_mb unset"))
-    end
+  if o.disk_mb and o.work_dir then
+    invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")
   end
   if o.network_mode ~= "blocked" then
     errors.raise(errors.BackendUnavailable(o.backend,

@@ -80,6 +80,41 @@ local function default_state_dirs()
   return out
 end
 
+-- The policy's driver files for GPU sessions (filesystem.gpu_paths:
+-- absolute paths or globs), nil: the core asks ldconfig.
+local function gpu_paths(gen)
+  local fs = gen.raw and gen.raw.filesystem
+  local list = type(fs) == "table" and fs.gpu_paths or nil
+  if list == nil then return nil end
+  local out = {}
+  for i, p in ipairs(type(list) == "table" and list or {}) do
+    if type(p) ~= "string" or p:sub(1, 1) ~= "/" then
+      errors.raise(errors.PolicyDenied("filesystem.gpu_paths",
+        ("filesystem.gpu_paths[%d] must be an absolute path or glob"):format(i)))
+    end
+    out[#out + 1] = p
+  end
+  return out
+end
+
+-- The session env with the GPUs it got: NVIDIA_VISIBLE_DEVICES names the
+-- host's indices, CUDA_VISIBLE_DEVICES the ones CUDA sees (0..N-1).
+local function gpu_env(cs, env)
+  local host, cuda = {}, {}
+  for _, node in ipairs(cs:gpu_nodes()) do
+    local k = node:match("^/dev/nvidia(%d+)$")
+    if k then
+      host[#host + 1] = k
+      cuda[#cuda + 1] = tostring(#cuda)
+    end
+  end
+  local out = {}
+  for k, v in pairs(env or {}) do out[k] = v end
+  out.NVIDIA_VISIBLE_DEVICES = table.concat(host, ",")
+  out.CUDA_VISIBLE_DEVICES = table.concat(cuda, ",")
+  return out
+end
+
 -- open(opts) -> owner Session.  See the Lua API in DESIGN.md; raises
 -- InvalidArgument, PolicyDenied, BackendUnavailable, SandboxExecutionError.
 function M.open(opts)
@@ -88,9 +123,10 @@ function M.open(opts)
     errors.raise(errors.InvalidArgument("options", "a table of session options expected, got " .. type(opts)))
   end
   options.check_keys(opts, options.SESSION_KEYS, "session")
-  local pol = policy.load(opts.policy)
+  -- opts.policy: a path, or a shared (reloadable) policy engine.
+  local pol = policy.engine_for(opts.policy)
   local c = core()
-  local o = options.session(opts, pol, {
+  local o, gen = pol:admit_session(opts, {
     realpath = c and function(p) return (c.realpath(p)) end,
     extra_forbidden = default_state_dirs(),
   })
@@ -114,8 +150,19 @@ function M.open(opts)
     tmp_bytes = pol.defaults.tmp_bytes,
     shm_bytes = pol.defaults.shm_bytes,
     lifetime_ms = o.lifetime_ms,
+    -- Resource ceilings (the core's cgroup and size-capped work dir).
+    memory_bytes = o.memory_mb and o.memory_mb * 1024 * 1024 or nil,
+    cpu_milli = o.cpu_milli,
+    pids_max = o.pids,
+    disk_bytes = o.disk_mb and o.disk_mb * 1024 * 1024 or nil,
+    gpus = o.gpus,
+    gpu_dev_dir = (o.gpus or 0) > 0 and (os.getenv("SBX_GPU_DEV_DIR") or "") ~= ""
+      and os.getenv("SBX_GPU_DEV_DIR") or nil,
+    gpu_paths = (o.gpus or 0) > 0 and gpu_paths(gen) or nil,
+    gpu_shared = (o.gpus or 0) > 0 and gen.ceilings.gpu_shared == true or nil,
   }
   if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
+  if (o.gpus or 0) > 0 then o.env = gpu_env(cs, o.env) end
   local id = random_hex(16)
   local st = {
     core = cs,
@@ -124,7 +171,8 @@ function M.open(opts)
     created_at = os.date("!%Y-%m-%dT%H:%M:%SZ"),
     backend = o.backend,
     work_dir = cs:work_dir(),
-    policy = pol,
+    policy = gen,  -- the generation the session was opened under
+    engine = pol,
     network_mode = o.network_mode,
     network_allowlist = o.network_allowlist,
     network_denylist = o.network_denylist,
@@ -205,7 +253,7 @@ end
 
 function Session:run(cmd, opts)
   local st = live(self)
-  return start(st, cmd, options.run(cmd, opts, st))
+  return start(st, cmd, st.engine:admit_run(st, cmd, opts))
 end
 
 local function exec(st, cmd, o, check)
@@ -235,7 +283,7 @@ function Session:exec(cmd, opts)
   if check ~= nil and type(check) ~= "boolean" then
     errors.raise(errors.InvalidArgument("check", "a boolean expected, got " .. type(check)))
   end
-  return exec(st, cmd, options.run(cmd, opts, st, { "check" }), check)
+  return exec(st, cmd, st.engine:admit_run(st, cmd, opts, { "check" }), check)
 end
 
 function Session:run_code(code, opts)
@@ -249,7 +297,7 @@ function Session:run_code(code, opts)
   local o2 = {}
   for k, v in pairs(opts or {}) do o2[k] = v end
   if o2.script_type == nil then o2.script_type = "python" end
-  return exec(st, code, options.run(code, o2, st), true).stdout
+  return exec(st, code, st.engine:admit_run(st, code, o2), true).stdout
 end
 
 -- A caller's file path as a path relative to the work dir.  Absolute paths
@@ -312,6 +360,13 @@ function Session:alive()
   return self._st.core:alive()
 end
 
+-- CPU time the session's runs used (microseconds, from its cgroup), or
+-- nil when the session has no cpu_milli ceiling.
+function Session:cpu_usage_us()
+  local st = live(self)
+  return st.core:cpu_usage_us()
+end
+
 -- Owner: end every process of the session and remove what it created (a
 -- pinned work dir stays).  Reference: detach only.  Closing twice is fine.
 -- Raises SandboxExecutionError when cleanup left something behind (the
@@ -328,6 +383,8 @@ function Session:close()
   st.closed = true
   registry[st.id] = nil
   local ok, _, msg = st.core:close()
+  st.engine:close({ id = st.id, name = st.name, backend = st.backend, created_at = st.created_at,
+    work_dir = st.work_dir }, { origin = "local" }, st.policy)
   if not ok then
     errors.raise(errors.SandboxExecutionError("closing the session: " .. tostring(msg), st.backend, 0))
   end

@@ -70,15 +70,13 @@ describe("session options", function()
     end
   end)
 
-  it("know the four backends: userns works, the others are not built, anything else is invalid", function()
-    assert.are.equal("userns", session_opts({ backend = "userns" }).backend)
-    for _, b in ipairs { "privileged", "bubblewrap", "none" } do
-      local e = T.expect("BackendUnavailable", session_opts, { backend = b })
-      assert.are.equal(b, e.backend)
-      assert.is_string(e.missing)
-      assert.is_string(e.fix)
+  it("know the four backends: none only where the policy lists it, anything else is invalid", function()
+    for _, b in ipairs { "userns", "privileged", "bubblewrap" } do
+      assert.are.equal(b, session_opts({ backend = b }).backend)
     end
-    local e = T.expect("InvalidArgument", session_opts, { backend = "docker" })
+    local e = T.expect("PolicyDenied", session_opts, { backend = "none" })
+    assert.are.equal("ceilings.backends", e.rule)
+    e = T.expect("InvalidArgument", session_opts, { backend = "docker" })
     assert.are.equal("backend", e.option)
   end)
 
@@ -94,16 +92,19 @@ describe("session options", function()
     assert.are.equal("10.0.0.0/8", o.network_denylist[#o.network_denylist])
   end)
 
-  it("never accept a resource ceiling this build does not enforce", function()
+  it("pass resource ceilings on to the core, refusing nonsense values", function()
     for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb" } do
-      local e = T.expect("BackendUnavailable", session_opts, { [k] = 100 })
-      assert.matches("cgroup", e.message, 1, true)
-      assert.matches(k, e.message, 1, true)
+      assert.are.equal(100, session_opts({ [k] = 100 })[k])
+      local e = T.expect("InvalidArgument", session_opts, { [k] = 0 })
+      assert.are.equal(k, e.option)
     end
+    T.expect("InvalidArgument", session_opts, { memory_mb = 8 })
+    T.expect("InvalidArgument", session_opts, { pids = 2 })
     -- gpus = 0 is the default ceiling; any GPU needs the privileged backend.
     assert.is_table(session_opts { gpus = 0 })
     local e = T.expect("BackendUnavailable", session_opts, { gpus = 1 })
     assert.are.equal("privileged", e.backend)
+    assert.are.equal(1, session_opts({ gpus = 1, backend = "privileged" }).gpus)
   end)
 
   it("bound timeout_s by the policy's ceiling", function()
