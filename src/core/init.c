@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -164,6 +165,104 @@ static int unpack(const struct sbx_proto_run *req, const char *payload, const ch
 	return 0;
 }
 
+/* A memfd holding data (for bwrap's --seccomp and --ro-bind-data), or -1. */
+static int data_fd(const char *name, const void *data, size_t len)
+{
+	int fd = (int)syscall(SYS_memfd_create, name, 0);
+	if (fd < 0)
+		return -1;
+	if (write(fd, data, len) != (ssize_t)len || lseek(fd, 0, SEEK_SET) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/*
+ * Backend "bubblewrap": exec bwrap with the session's fixed arguments (the
+ * filesystem view, namespaces, uid 1000, no capabilities), this run's
+ * generated /etc files and our compiled seccomp filter passed as fds,
+ * the cwd, and the command.  Returns only on failure, reported on
+ * status_fd.
+ */
+static void exec_bwrap(const struct sbx_zygote_cfg *cfg, const char *cwd, const char **argv,
+		       const char **envp, int status_fd)
+{
+	char passwd[512], group[128], hosts[512], fdnum[5][16];
+	const char *hostname = "sandbox";
+	size_t n_fixed = 0, n_argv = 0;
+
+	for (char *const *a = cfg->bwrap_argv; *a; a++) {
+		if (!strcmp(*a, "--hostname") && a[1])
+			hostname = a[1];
+		n_fixed++;
+	}
+	while (argv[n_argv])
+		n_argv++;
+	snprintf(passwd, sizeof(passwd),
+		 "root:x:0:0:root:/root:/bin/sh\n"
+		 "sandbox:x:%d:%d:sandbox:" SBX_SANDBOX_WORKDIR ":/bin/sh\n"
+		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		 SBX_SANDBOX_UID, SBX_SANDBOX_GID);
+	snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n",
+		 SBX_SANDBOX_GID);
+	snprintf(hosts, sizeof(hosts), "127.0.0.1\tlocalhost %.200s\n::1\tlocalhost ip6-localhost\n",
+		 hostname);
+	int fds[5] = {
+		data_fd("sbx-seccomp", cfg->seccomp->filter,
+			cfg->seccomp->len * sizeof(struct sock_filter)),
+		data_fd("sbx-passwd", passwd, strlen(passwd)),
+		data_fd("sbx-group", group, strlen(group)),
+		data_fd("sbx-hosts", hosts, strlen(hosts)),
+		data_fd("sbx-hostname", hostname, strlen(hostname)),
+	};
+	for (int i = 0; i < 5; i++) {
+		if (fds[i] < 0) {
+			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "memfd: %s",
+					strerror(errno));
+			return;
+		}
+		snprintf(fdnum[i], sizeof(fdnum[i]), "%d", fds[i]);
+	}
+	const char **v = calloc(n_fixed + n_argv + 24, sizeof(*v));
+	if (!v)
+		return;
+	size_t k = 0;
+	for (size_t i = 0; i < n_fixed; i++)
+		v[k++] = cfg->bwrap_argv[i];
+	static const char *const etc_dst[] = {"/etc/passwd", "/etc/group", "/etc/hosts",
+					      "/etc/hostname"};
+	for (int i = 1; i < 5; i++) {
+		v[k++] = "--ro-bind-data";
+		v[k++] = fdnum[i];
+		v[k++] = etc_dst[i - 1];
+	}
+	/* Read-only like the native root, once the files above exist. */
+	v[k++] = "--remount-ro";
+	v[k++] = "/";
+	v[k++] = "--seccomp";
+	v[k++] = fdnum[0];
+	v[k++] = "--chdir";
+	v[k++] = cwd;
+	v[k++] = "--";
+	/* bwrap always sets PWD; the native backends give exactly the
+	 * environment asked for, so take it out again unless it was asked. */
+	bool want_pwd = false;
+	for (const char **e = envp; *e; e++)
+		want_pwd = want_pwd || !strncmp(*e, "PWD=", 4);
+	if (!want_pwd && access("/usr/bin/env", X_OK) == 0) {
+		v[k++] = "/usr/bin/env";
+		v[k++] = "-u";
+		v[k++] = "PWD";
+	}
+	for (size_t i = 0; i < n_argv; i++)
+		v[k++] = argv[i];
+	v[k] = NULL;
+	execve(v[0], (char *const *)v, (char *const *)envp);
+	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", v[0],
+			strerror(errno));
+}
+
 /* What the workload tells init when the request has come: the run's
  * timeout, with the status pipe attached (SCM_RIGHTS). */
 struct started {
@@ -230,17 +329,41 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* Its own session: no controlling terminal of ours, its own group. */
 	setsid();
+	/* Without a PID namespace, init's end would not end us: ask for it. */
+	if (cfg->none)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 	err.msg[0] = '\0';
 	/* Ids first: the uid is already 1000, but make every id 1000 and drop
 	 * any supplementary group (setgroups is denied when the host side is
 	 * unprivileged; then there is nothing to drop). */
-	struct rlimit core = {0, 0};
-	if (setgroups(0, NULL) != 0 && errno != EPERM)
+	/* rlimits, a second layer under the cgroup: no core dumps, a bounded
+	 * fd table, an optional file size cap (paid here, while idle). */
+	struct rlimit core = {0, 0}, nofile = {cfg->nofile, cfg->nofile},
+		      fsize = {cfg->fsize ? cfg->fsize : RLIM_INFINITY,
+			       cfg->fsize ? cfg->fsize : RLIM_INFINITY};
+	if (setrlimit(RLIMIT_CORE, &core) != 0 ||
+	    (cfg->nofile && setrlimit(RLIMIT_NOFILE, &nofile) != 0) ||
+	    (cfg->fsize && setrlimit(RLIMIT_FSIZE, &fsize) != 0))
+		what = "rlimits", err_no = errno;
+	else if (cfg->none && !cfg->bwrap_argv)
+		; /* backend "none": the host's own user, no isolation at all */
+	else if (cfg->bwrap_argv &&
+		 ((setgroups(0, NULL) != 0 && errno != EPERM) ||
+		  setresgid(cfg->gid, cfg->gid, cfg->gid) != 0 ||
+		  setresuid(cfg->uid, cfg->uid, cfg->uid) != 0 ||
+		  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0))
+		/* backend "bubblewrap": bwrap runs as the session's
+		 * unprivileged host uid (uid 1000 in its user namespace); it
+		 * drops capabilities and loads our filter itself. */
+		what = "become the sandbox's host user", err_no = errno;
+	else if (cfg->bwrap_argv)
+		;
+	else if (setgroups(0, NULL) != 0 && errno != EPERM)
 		what = "setgroups", err_no = errno;
-	else if (setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
-		 setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)
+	else if (setresgid(cfg->gid, cfg->gid, cfg->gid) != 0 ||
+		 setresuid(cfg->uid, cfg->uid, cfg->uid) != 0)
 		what = "become the sandbox user", err_no = errno;
-	else if (setrlimit(RLIMIT_CORE, &core) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+	else if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 		what = "no_new_privs", err_no = errno;
 	else if (sbx_caps_drop_all(&err) < 0)
 		what = err.msg, err_no = err.sys_errno;
@@ -248,8 +371,11 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	 * then to report a failed exec. */
 	else if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
 		what = "close fds", err_no = errno;
-	else if (sbx_seccomp_install(cfg->seccomp, &err) < 0)
+	else if (!cfg->none && sbx_seccomp_install(cfg->seccomp, &err) < 0)
 		what = err.msg, err_no = err.sys_errno;
+	/* none / bubblewrap left the chain early: their fds go at exec too. */
+	if (!what && cfg->none && syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+		what = "close fds", err_no = errno;
 
 	recv_request(hsock, &req, payload, fds);
 	int status_fd = fds[3];
@@ -269,6 +395,44 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	if (unpack(&req, payload, &cwd, &argv, &envp) < 0) {
 		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, EINVAL, 0, "malformed run request");
 		_exit(127);
+	}
+	if (cfg->bwrap_argv) {
+		/* Failures bwrap would only print: the cwd (the work dir is
+		 * the same dir on the host) and an absolute program path (the
+		 * sandbox sees host paths at the same place, the work dir
+		 * aside). */
+		char host[PATH_MAX];
+		size_t wl = strlen(SBX_SANDBOX_WORKDIR);
+		snprintf(host, sizeof(host), "%.2048s%.2000s", cfg->host_work_dir, cwd + wl);
+		int bad = strncmp(cwd, SBX_SANDBOX_WORKDIR, wl) ? ENOENT
+			  : access(host, X_OK) != 0   ? errno
+						      : 0;
+		if (bad) {
+			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, bad, 0, "cwd %s: %s", cwd,
+					strerror(bad));
+			_exit(127);
+		}
+		if (argv[0][0] == '/') {
+			if (!strncmp(argv[0], SBX_SANDBOX_WORKDIR "/", wl + 1))
+				snprintf(host, sizeof(host), "%.2048s%.2000s", cfg->host_work_dir,
+					 argv[0] + wl);
+			else
+				snprintf(host, sizeof(host), "%.4000s", argv[0]);
+			if (access(host, F_OK) != 0) {
+				sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s",
+						argv[0], strerror(errno));
+				_exit(127);
+			}
+		}
+		exec_bwrap(cfg, cwd, argv, envp, status_fd);
+		_exit(127);
+	}
+	char host_cwd[PATH_MAX];
+	if (cfg->none && !strncmp(cwd, SBX_SANDBOX_WORKDIR, strlen(SBX_SANDBOX_WORKDIR))) {
+		/* No mount namespace: the inside path is the host work dir. */
+		snprintf(host_cwd, sizeof(host_cwd), "%.2048s%.2000s", cfg->host_work_dir,
+			 cwd + strlen(SBX_SANDBOX_WORKDIR));
+		cwd = host_cwd;
 	}
 	if (chdir(cwd) != 0) {
 		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "cwd %s: %s", cwd,
@@ -328,6 +492,17 @@ static int make_timer(uint32_t ms)
 	return fd;
 }
 
+/* Signal everything of the run: with a PID namespace of its own that is
+ * every process init can see; backend "none" has none, so the workload's
+ * process group (it called setsid) is all init can name. */
+static void kill_run(const struct sbx_zygote_cfg *cfg, pid_t child, int sig)
+{
+	if (cfg->none)
+		kill(-child, sig);
+	else
+		kill(-1, sig);
+}
+
 /* Reap what exited; true when child was among them (its status in *st). */
 static bool reap(pid_t child, int *st)
 {
@@ -350,7 +525,7 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	struct started st;
 	int wsock[2] = {-1, -1}, wstatus = 0, status_fd = -1, fds[4];
 	uint32_t timed_out = 0;
-	bool exited = false, killing = false;
+	bool exited = false, killing = false, killed_by_us = false;
 	uint64_t pending = 0; /* signals the host sent before the run started */
 	pid_t child = -1;
 	sigset_t mask;
@@ -372,7 +547,10 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
-	if (sbx_rootfs_run_mounts(cfg, &err) < 0 ||
+	/* Backend "none": not PID 1 of anything, so adopt the orphans. */
+	if (cfg->none)
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if ((!cfg->none && sbx_rootfs_run_mounts(cfg, &err) < 0) ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0 ||
 	    (child = fork()) < 0) {
 		/* No run can start here: say why to whoever sends a request. */
@@ -400,7 +578,8 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 		if (pfd[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
 			while (read(sfd, &si, sizeof(si)) == sizeof(si))
-				if (si.ssi_signo != SIGCHLD && si.ssi_pid == 0 && si.ssi_signo < 64)
+				if (si.ssi_signo != SIGCHLD && (si.ssi_pid == 0 || cfg->none) &&
+				    si.ssi_signo < 64)
 					pending |= 1ull << si.ssi_signo;
 			if (reap(child, &wstatus)) {
 				/* A quick command may exit before we read its
@@ -426,7 +605,7 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	 * be before the workload started: deliver what came early. */
 	for (int sig = 1; sig < 64; sig++)
 		if (pending & (1ull << sig))
-			kill(-1, sig);
+			kill_run(cfg, child, sig);
 
 	while (!exited) {
 		struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}};
@@ -441,14 +620,14 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 				 * called setsid() must not escape. */
 				timed_out = 1;
 				killing = true;
-				kill(-1, SIGTERM);
+				kill_run(cfg, child, SIGTERM);
 				struct itimerspec its = {{0, 0}, {0, 0}};
 				uint32_t g = st.grace_ms ? st.grace_ms : 2000;
 				its.it_value.tv_sec = g / 1000;
 				its.it_value.tv_nsec = (long)(g % 1000) * 1000000L;
 				timerfd_settime(tfd, 0, &its, NULL);
 			} else {
-				kill(-1, SIGKILL);
+				kill_run(cfg, child, SIGKILL);
 			}
 		}
 		if (!(pfd[0].revents & POLLIN))
@@ -457,16 +636,33 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 		while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
 			if (si.ssi_signo == SIGCHLD)
 				exited = reap(child, &wstatus) || exited;
-			else if (si.ssi_pid == 0)
+			else if (si.ssi_pid == 0 || cfg->none) {
 				/* From the host: an ancestor namespace has no
 				 * pid here. */
-				kill(-1, (int)si.ssi_signo);
+				killed_by_us = killed_by_us || si.ssi_signo == SIGKILL;
+				kill_run(cfg, child, (int)si.ssi_signo);
+			}
 		}
 	}
 	/* The workload is gone: nothing it started may outlive it. */
-	kill(-1, SIGKILL);
-	while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+	kill_run(cfg, child, SIGKILL);
+	while (waitpid(-1, NULL, cfg->none ? WNOHANG : 0) > 0 || errno == EINTR)
 		;
+	/* Killed at a memory ceiling (SIGKILL we did not send, or a shell
+	 * reporting one): the run's /tmp and /dev/shm pages may be what
+	 * filled it.  Free them before the host hears of the end, or its
+	 * next run would start in a cgroup that is still full. */
+	if (cfg->memory_limited && !killed_by_us &&
+	    ((WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) ||
+	     (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 128 + SIGKILL))) {
+		umount2("/tmp", MNT_DETACH);
+		umount2("/dev/shm", MNT_DETACH);
+	}
+	/* bwrap reports its command's death by signal n as exit 128 + n,
+	 * like a shell: give it back its meaning. */
+	if (cfg->bwrap_argv && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) > 128 &&
+	    WEXITSTATUS(wstatus) < 128 + 32)
+		wstatus = WEXITSTATUS(wstatus) - 128;
 	sbx_status_send(status_fd, SBX_STATUS_EXIT, wstatus, 0, timed_out, "exit");
 	_exit(0);
 }

@@ -17,6 +17,7 @@
 
 #include <linux/filter.h>
 #include <stdbool.h>
+#include <limits.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -76,6 +77,33 @@ int sbx_proto_send_run(int sock, const struct sbx_proto_run *req, const char *pa
  * (its fds are closed).  payload must hold SBX_PROTO_MAX_PAYLOAD bytes. */
 int sbx_proto_recv_run(int sock, struct sbx_proto_run *req, char *payload, int fds[4]);
 
+/* ---- GPUs (gpu.c) ---- */
+
+#define SBX_GPU_MAX 16
+#define SBX_GPU_MAX_NODES 64
+#define SBX_GPU_MAX_LIBS 256
+
+/* What one session was given: device nodes (host path and inside path,
+ * with the device-cgroup rule for each), driver files to bind read-only,
+ * and the per-GPU lock files that keep two sessions off one GPU. */
+typedef struct sbx_gpu {
+	uint32_t n;
+	int index[SBX_GPU_MAX];
+	int lock_fd[SBX_GPU_MAX];
+	size_t n_nodes, n_libs;
+	char *host_node[SBX_GPU_MAX_NODES + 1];
+	const char *inside_node[SBX_GPU_MAX_NODES + 1]; /* NULL-terminated */
+	const char *rule[SBX_GPU_MAX_NODES + 1];        /* "c MAJ:MIN rw" */
+	char *lib[SBX_GPU_MAX_LIBS + 1];
+} sbx_gpu;
+
+/* Pick o->gpus free GPUs of o->gpu_dev_dir (locks under lock_dir unless
+ * o->gpu_shared), collect their nodes, rules and driver files.  Over what
+ * exists or all taken: BackendUnavailable. */
+int sbx_gpu_prepare(sbx_gpu *g, const sbx_session_opts *o, const char *lock_dir, sbx_err *err);
+/* Free what prepare allocated, release the locks.  Safe when empty. */
+void sbx_gpu_release(sbx_gpu *g);
+
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
 #define SBX_MAX_CARRY 32
 
@@ -87,12 +115,22 @@ struct sbx_zygote_cfg {
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
 	uint64_t lifetime_ms;
+	uid_t uid;                 /* the workload's uid/gid (as seen by init) */
+	gid_t gid;
+	uint64_t nofile;           /* RLIMIT_NOFILE of the workload */
+	uint64_t fsize;            /* RLIMIT_FSIZE; 0: unlimited */
+	int oom_fd;                /* the zygote's own oom_score_adj, or -1 */
+	char oom_adj[8];           /* what it is between clones ("0" or "-1000") */
+	bool memory_limited;       /* the session has a memory ceiling */
+	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
+	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
+	const char *host_work_dir; /* backend "none": where the work dir really is */
 };
 
 /* Child side of the session (rootfs.c): build the root, pivot into it.
  * Runs in the zygote after the id maps are written. */
 int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
-		     sbx_err *err);
+		     const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err);
 /* Child side of a run (rootfs.c): per-run mounts in init's mount ns. */
 int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err);
 /* Is an inside path below the per-run /tmp or /dev/shm? */
@@ -117,6 +155,58 @@ void sbx_close_fds_except(const int *keep, size_t n);
 /* Raw syscalls glibc 2.36 may lack. */
 int sbx_sys_pidfd_send_signal(int pidfd, int sig);
 pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out);
+
+/* ---- cgroups (cgroup.c) ---- */
+
+enum { SBX_CG_MEMORY, SBX_CG_CPU, SBX_CG_CPUACCT, SBX_CG_PIDS, SBX_CG_DEVICES, SBX_CG_NCTL };
+
+typedef struct sbx_cgroup_limits {
+	uint64_t memory_bytes;
+	uint32_t cpu_milli;
+	uint32_t pids_max;
+	const char *const *devices; /* "c MAJ:MIN rwm" rules to allow */
+	size_t n_devices;
+} sbx_cgroup_limits;
+
+/* A session's cgroup: one dir (v2) or one per controller (v1). */
+typedef struct sbx_cgroup {
+	int version;                      /* 0: none, 1 or 2 */
+	bool made[SBX_CG_NCTL];
+	char dir[SBX_CG_NCTL][PATH_MAX];  /* v2: dir[0] only */
+	char oom_path[PATH_MAX];          /* memory.events / memory.oom_control */
+	int64_t oom_base;                 /* oom_kill count at creation */
+} sbx_cgroup;
+
+const char *sbx_cgroup_default_root(void);
+/* Any limit set? */
+bool sbx_cgroup_wanted(const sbx_cgroup_limits *lim);
+/* Make <root>/.../sbx/<id> with the limits (nothing when none is set).
+ * BackendUnavailable says what the machine lacks. */
+int sbx_cgroup_create(sbx_cgroup *cg, const char *root, const char *id,
+		      const sbx_cgroup_limits *lim, sbx_err *err);
+/* Move pid (a host pid) into every controller's cgroup. */
+int sbx_cgroup_attach(const sbx_cgroup *cg, pid_t pid, sbx_err *err);
+/* The "oom_kill N" counter of memory.events / memory.oom_control text. */
+int64_t sbx_cgroup_parse_oom_kills(const char *text);
+int64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg);
+int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg);
+/* A device rule "c MAJ:MIN rwm" (MIN may be "*": minor -1), parsed. */
+struct sbx_devrule_view {
+	int type;   /* BPF_DEVCG_DEV_CHAR / _BLOCK */
+	int major;
+	int minor;
+	int access; /* BPF_DEVCG_ACC_* bits */
+};
+int sbx_devbpf_parse(const char *text, struct sbx_devrule_view *out);
+/* cgroup v2 (devbpf.c): attach a BPF_CGROUP_DEVICE program allowing
+ * exactly rules[0..n) to cgroup_dir; everything else is denied. */
+int sbx_devbpf_attach(const char *cgroup_dir, const char *const *rules, size_t n, sbx_err *err);
+
+/* Kill what is left, remove the dirs.  Safe on an empty cgroup. */
+int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err);
+
+/* The session's OOM counter file (for run.c), NULL without a memory ceiling. */
+const char *sbx_session_oom_path(const sbx_session *s);
 
 /* Take the session's warm init (session.c, for run.c): its request socket
  * and pidfd become the caller's, and the zygote is asked for the next.

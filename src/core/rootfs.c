@@ -158,9 +158,9 @@ static int replicate(const char *host_path, bool writable, bool must_exist, sbx_
 	return bind_mount(src, dst, writable, false, err);
 }
 
-static int build_etc(const sbx_session_opts *opts, sbx_err *err)
+static int build_etc(const sbx_session_opts *opts, uid_t uid, gid_t gid, sbx_err *err)
 {
-	char path[PATH_MAX], hosts[512];
+	char path[PATH_MAX], hosts[512], passwd[512];
 	const char *hostname = opts->hostname ? opts->hostname : "sandbox";
 
 	if (mkdir(NEW "/etc", 0755) != 0 && errno != EEXIST)
@@ -178,14 +178,16 @@ static int build_etc(const sbx_session_opts *opts, sbx_err *err)
 		if (replicate(path, false, false, err) < 0)
 			return -1;
 	}
-	if (write_text(NEW "/etc/passwd",
-		       "root:x:0:0:root:/root:/bin/sh\n"
-		       "sandbox:x:1000:1000:sandbox:" SBX_SANDBOX_WORKDIR ":/bin/sh\n"
-		       "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		       err) < 0)
+	snprintf(passwd, sizeof(passwd),
+		 "root:x:0:0:root:/root:/bin/sh\n"
+		 "sandbox:x:%u:%u:sandbox:" SBX_SANDBOX_WORKDIR ":/bin/sh\n"
+		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+		 (unsigned)uid, (unsigned)gid);
+	if (write_text(NEW "/etc/passwd", passwd, err) < 0)
 		return -1;
-	if (write_text(NEW "/etc/group", "root:x:0:\nsandbox:x:1000:\nnogroup:x:65534:\n", err) <
-	    0)
+	snprintf(passwd, sizeof(passwd), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n",
+		 (unsigned)gid);
+	if (write_text(NEW "/etc/group", passwd, err) < 0)
 		return -1;
 	snprintf(hosts, sizeof(hosts), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
 		 hostname);
@@ -195,7 +197,30 @@ static int build_etc(const sbx_session_opts *opts, sbx_err *err)
 	return write_text(NEW "/etc/hostname", hosts, err);
 }
 
-static int build_dev(sbx_err *err)
+/* The session's GPU nodes (host paths below OLD) at their inside paths. */
+static int bind_gpu_nodes(const sbx_gpu *gpu, sbx_err *err)
+{
+	char src[PATH_MAX], dst[PATH_MAX];
+
+	for (size_t i = 0; gpu && i < gpu->n_nodes; i++) {
+		snprintf(src, sizeof(src), OLD "%s", gpu->host_node[i]);
+		snprintf(dst, sizeof(dst), NEW "%s", gpu->inside_node[i]);
+		char *slash = strrchr(dst, '/');
+		*slash = '\0';
+		if (mkdirs(dst, 0755) != 0)
+			return FAIL("mkdir %s: %s", dst, strerror(errno));
+		*slash = '/';
+		int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+		if (fd < 0)
+			return FAIL("create %s: %s", dst, strerror(errno));
+		close(fd);
+		if (bind_mount(src, dst, true, true, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int build_dev(const sbx_gpu *gpu, sbx_err *err)
 {
 	char src[64], dst[64];
 	static const char *const links[][2] = {
@@ -218,6 +243,8 @@ static int build_dev(sbx_err *err)
 		if (bind_mount(src, dst, true, true, err) < 0)
 			return -1;
 	}
+	if (bind_gpu_nodes(gpu, err) < 0)
+		return -1;
 	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
 		if (symlink(links[i][0], links[i][1]) != 0)
 			return FAIL("symlink %s: %s", links[i][1], strerror(errno));
@@ -251,15 +278,26 @@ static int lo_up(sbx_err *err)
 	return rc == 0 ? 0 : FAIL("bring up lo: %s", strerror(errno));
 }
 
-static int build_tree(const sbx_session_opts *opts, const char *host_work_dir, sbx_err *err)
+static int build_tree(const sbx_session_opts *opts, const char *host_work_dir,
+		      const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err)
 {
 	char src[PATH_MAX];
 
 	for (const char *const *d = opts->system_ro; d && *d; d++)
 		if (replicate(*d, false, false, err) < 0)
 			return -1;
-	if (build_etc(opts, err) < 0 || build_dev(err) < 0)
+	if (build_etc(opts, uid, gid, err) < 0 || build_dev(gpu, err) < 0)
 		return -1;
+	/* GPU driver files: read-only, at the same path as on the host. */
+	for (size_t i = 0; gpu && i < gpu->n_libs; i++) {
+		bool visible = false;
+		/* Below a system dir bound read-only already: nothing to do. */
+		for (const char *const *d = opts->system_ro; d && *d && !visible; d++)
+			visible = !strncmp(gpu->lib[i], *d, strlen(*d)) &&
+				  gpu->lib[i][strlen(*d)] == '/';
+		if (!visible && replicate(gpu->lib[i], false, false, err) < 0)
+			return -1;
+	}
 	if (mkdir(NEW "/proc", 0555) != 0 ||
 	    mount("proc", NEW "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
 		    0)
@@ -292,7 +330,8 @@ static int build_tree(const sbx_session_opts *opts, const char *host_work_dir, s
 	return 0;
 }
 
-int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir, sbx_err *err)
+int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
+		     const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err)
 {
 	const char *hostname = opts->hostname ? opts->hostname : "sandbox";
 
@@ -313,7 +352,7 @@ int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir, sb
 	if (chdir("/") != 0)
 		return FAIL("chdir /: %s", strerror(errno));
 
-	if (build_tree(opts, host_work_dir, err) < 0)
+	if (build_tree(opts, host_work_dir, gpu, uid, gid, err) < 0)
 		return -1;
 	if (sethostname(hostname, strlen(hostname)) != 0 ||
 	    setdomainname("localdomain", strlen("localdomain")) != 0)

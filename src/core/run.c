@@ -9,6 +9,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +34,8 @@ struct sbx_run {
 	int wstatus;
 	uint32_t timed_out;
 	uint64_t t0_ns;
+	int64_t oom_before;  /* the session's oom_kill count at start; -1: no ceiling */
+	char *oom_path;      /* owned copy: the session may close before the run ends */
 	sbx_run_result result;
 	char buf[READ_CHUNK];
 };
@@ -79,6 +82,8 @@ static char *pack(const sbx_run_opts *o, uint32_t *argc, uint32_t *envc, size_t 
 	return buf;
 }
 
+static int64_t oom_count(const char *path);
+
 /* The child's end of one stdio stream; *ours gets the host end of a pipe. */
 static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 {
@@ -102,10 +107,20 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 static int send_to_warm(sbx_session *s, const struct sbx_proto_run *req, const char *payload,
 			const int fds[4], int *pidfd, sbx_err *err)
 {
-	for (int attempt = 0; attempt < 2; attempt++) {
+	/* At a memory ceiling the OOM killer may have taken an idle init or
+	 * workload (tmpfs pages belong to no process, so its choice among
+	 * small processes is arbitrary): check and try a few more. */
+	bool limited = sbx_session_oom_path(s) != NULL;
+	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
 		if (sbx_session_take_warm(s, &sock, pidfd, err) < 0)
 			return -1;
+		struct pollfd dead = {*pidfd, POLLIN, 0};
+		if (limited && poll(&dead, 1, 0) == 1) {
+			close(sock);
+			close_fd(pidfd);
+			continue;
+		}
 		int rc = sbx_proto_send_run(sock, req, payload, fds);
 		int saved = errno;
 		close(sock);
@@ -136,6 +151,11 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = -1;
 	r->t0_ns = now_ns();
+	r->oom_before = -1;
+	/* Only sessions with a memory ceiling pay for this (one read). */
+	const char *oom = sbx_session_oom_path(s);
+	if (oom && (r->oom_path = strdup(oom)))
+		r->oom_before = oom_count(r->oom_path);
 	memset(&req, 0, sizeof(req));
 	payload = pack(o, &req.argc, &req.envc, &len, err);
 	if (!payload)
@@ -182,6 +202,71 @@ fail:
 	return NULL;
 }
 
+static int64_t oom_count(const char *path)
+{
+	char buf[1024];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return sbx_cgroup_parse_oom_kills(buf);
+}
+
+/* Did the OOM killer end this run?  The kernel's counter grew while it ran
+ * and the run died of SIGKILL (or a shell reported a child's: 137). */
+static bool ended_by_oom(const sbx_run *r)
+{
+	if (r->oom_before < 0 || r->signalled)
+		return false;
+	/* init itself was the victim: the whole run died with it. */
+	if (!r->got_exit)
+		return !r->got_error && oom_count(r->oom_path) > r->oom_before;
+	bool killed = (WIFSIGNALED(r->wstatus) && WTERMSIG(r->wstatus) == SIGKILL) ||
+		      (WIFEXITED(r->wstatus) && WEXITSTATUS(r->wstatus) == 128 + SIGKILL);
+	return killed && oom_count(r->oom_path) > r->oom_before;
+}
+
+/* After an OOM kill, wait (a little) until the kernel has freed the dead
+ * run's memory (its /tmp goes with its mount namespace, after the status
+ * pipe closed), so the session's next run does not start at the ceiling. */
+static void settle_memory(const char *oom_path)
+{
+	char dir[PATH_MAX], use[PATH_MAX], lim[PATH_MAX], buf[64];
+	bool v2 = strstr(oom_path, "/memory.events") != NULL;
+
+	snprintf(dir, sizeof(dir), "%s", oom_path);
+	*strrchr(dir, '/') = '\0';
+	snprintf(use, sizeof(use), "%.4000s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+	snprintf(lim, sizeof(lim), "%.4000s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
+	for (int i = 0; i < 100; i++) {
+		unsigned long long u = 0, l = 0;
+		int fd = open(use, O_RDONLY | O_CLOEXEC);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			return;
+		buf[n] = '\0';
+		u = strtoull(buf, NULL, 10);
+		fd = open(lim, O_RDONLY | O_CLOEXEC);
+		n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (n <= 0)
+			return;
+		buf[n] = '\0';
+		l = strtoull(buf, NULL, 10);
+		if (l == 0 || u < l / 4 * 3)
+			return;
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+}
+
 static void finish(sbx_run *r)
 {
 	sbx_run_result *res = &r->result;
@@ -207,6 +292,15 @@ static void finish(sbx_run *r)
 	} else {
 		res->returncode = WEXITSTATUS(r->wstatus);
 		res->term = r->timed_out ? SBX_TERM_TIMEOUT : SBX_TERM_EXIT;
+	}
+	if (!r->got_error && !r->timed_out && ended_by_oom(r)) {
+		res->term = SBX_TERM_OOM;
+		res->error[0] = '\0';
+		if (!r->got_exit) {
+			res->returncode = -SIGKILL;
+			res->signo = SIGKILL;
+		}
+		settle_memory(r->oom_path);
 	}
 	r->done = true;
 	close_fd(&r->pidfd);
@@ -372,5 +466,6 @@ void sbx_run_free(sbx_run *r)
 	close_fd(&r->status_fd);
 	close_fd(&r->pidfd);
 	free(r->stdin_buf);
+	free(r->oom_path);
 	free(r);
 }

@@ -60,7 +60,7 @@ typedef struct sbx_bind {
 } sbx_bind;
 
 typedef struct sbx_session_opts {
-	const char *backend;        /* "userns" (only backend of this core so far) */
+	const char *backend;        /* "userns", "privileged" (root), "bubblewrap" or "none" */
 	const char *work_dir;       /* pinned host work dir, or NULL for a fresh one */
 	const char *state_dir;      /* where fresh work dirs live; NULL: default */
 	const char *const *system_ro; /* host dirs bound read-only at the same path (NULL-terminated) */
@@ -73,6 +73,22 @@ typedef struct sbx_session_opts {
 	uint64_t shm_bytes;         /* size cap of the per-run /dev/shm; 0: default 64 MiB */
 	const char *hostname;       /* UTS hostname; NULL: "sandbox" */
 	uint64_t lifetime_ms;       /* session ends by itself after this; 0: never */
+	/* Resource ceilings (cgroup.c; need root or a delegated cgroup). */
+	uint64_t memory_bytes;      /* memory incl. tmpfs pages, swap off; 0: none */
+	uint32_t cpu_milli;         /* CPU time in thousandths of a CPU; 0: none */
+	uint32_t pids_max;          /* processes + threads at once; 0: none */
+	uint64_t disk_bytes;        /* work dir cap (a tmpfs of that size, root only); 0: none */
+	const char *cgroup_root;    /* NULL: $SBX_CGROUP_ROOT or /sys/fs/cgroup */
+	/* rlimits of every workload (second layer); 0: the defaults below. */
+	uint64_t nofile;            /* RLIMIT_NOFILE; default 1024 */
+	uint64_t fsize_bytes;       /* RLIMIT_FSIZE; default: unlimited */
+	/* Backend "privileged": host uid/gid of the workload; 0: default. */
+	uid_t run_uid;
+	/* GPUs (gpu.c; backend "privileged" only). */
+	uint32_t gpus;              /* how many; 0: none visible */
+	const char *gpu_dev_dir;    /* where the nvidia* nodes are; NULL: /dev */
+	const char *const *gpu_paths; /* driver files bound read-only (NULL-terminated) */
+	bool gpu_shared;            /* may share a GPU with another session */
 } sbx_session_opts;
 
 typedef struct sbx_session sbx_session;
@@ -99,6 +115,20 @@ gid_t sbx_session_host_gid(const sbx_session *s);
 const char *sbx_session_id(const sbx_session *s);
 /* true while the zygote is alive. */
 bool sbx_session_alive(sbx_session *s);
+/* The backend the session runs on ("userns", "privileged", "none", ...). */
+const char *sbx_session_backend(const sbx_session *s);
+/* CPU time used by the session's cgroup, in microseconds; -1 without one. */
+int64_t sbx_session_cpu_usage_us(const sbx_session *s);
+/* OOM kills in the session's cgroup since it opened; -1 without a memory ceiling. */
+int64_t sbx_session_oom_kills(const sbx_session *s);
+/* Device nodes (inside paths) bound for the session's GPUs, NULL-terminated. */
+const char *const *sbx_session_gpu_nodes(const sbx_session *s);
+/*
+ * Server-only: keep the calling process out of the OOM killer's reach
+ * (oom_score_adj -1000).  sbxd calls it once at start; a library host such
+ * as sbxlua does not.  Returns 0 or -1 with err.
+ */
+int sbx_protect_from_oom(sbx_err *err);
 
 /* How a run's stdio stream is connected. */
 typedef enum sbx_io {
@@ -128,6 +158,7 @@ typedef enum sbx_term {
 	SBX_TERM_TIMEOUT,    /* timeout_ms passed: SIGTERM, then SIGKILL */
 	SBX_TERM_KILLED,     /* sbx_run_kill() or session close */
 	SBX_TERM_ERROR,      /* the sandbox failed to start or lost the run */
+	SBX_TERM_OOM,        /* the session's memory ceiling: the OOM killer ended it */
 } sbx_term;
 
 typedef struct sbx_run_result {

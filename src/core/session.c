@@ -16,11 +16,13 @@
 #include <dirent.h>
 #include <ftw.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <grp.h>
 #include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +39,11 @@
 #define READY_TIMEOUT_MS 10000
 #define DEFAULT_TMP_BYTES (256ull << 20)
 #define DEFAULT_SHM_BYTES (64ull << 20)
+#define DEFAULT_NOFILE 1024
+/* Backend "privileged": per-session host uids come from this range. */
+#define PRIV_UID_BASE 300000u
+#define PRIV_UID_SPAN 65536u
+#define MAX_DIRECT 64
 
 struct sbx_session {
 	pid_t zygote;
@@ -49,6 +56,19 @@ struct sbx_session {
 	char id[33];
 	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
 	char work_dir[PATH_MAX];
+	char backend[16];
+	bool privileged;    /* namespaces without a user namespace (root) */
+	bool none;          /* runs forked by the host itself (none, bubblewrap) */
+	bool bwrap;         /* backend "bubblewrap": each run is one bwrap */
+	char **bwrap_argv;  /* its fixed arguments, owned */
+	struct sock_fprog *prog; /* bubblewrap: the filter each bwrap loads */
+	bool disk_mounted;  /* work dir is a size-capped tmpfs of ours */
+	sbx_cgroup cg;
+	struct sbx_zygote_cfg direct; /* backend "none": what its inits get */
+	int direct_pidfds[MAX_DIRECT]; /* backend "none": inits to reap */
+	size_t n_direct;
+	sbx_gpu gpu;
+	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
 };
 
 /* Wait for the zygote's next offer of a warm init. */
@@ -96,10 +116,102 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
 	return 0;
 }
 
+/* Reap the direct inits (backend "none") that have ended. */
+static void reap_direct(sbx_session *s, bool wait_all)
+{
+	siginfo_t si;
+	size_t k = 0;
+
+	for (size_t i = 0; i < s->n_direct; i++) {
+		int fd = s->direct_pidfds[i];
+		if (wait_all)
+			sbx_sys_pidfd_send_signal(fd, SIGKILL);
+		memset(&si, 0, sizeof(si));
+		int rc;
+		while ((rc = waitid(P_PIDFD, (id_t)fd, &si, WEXITED | (wait_all ? 0 : WNOHANG))) <
+			       0 &&
+		       errno == EINTR)
+			;
+		if (rc < 0 || si.si_pid != 0) {
+			close(fd);
+			continue;
+		}
+		s->direct_pidfds[k++] = fd;
+	}
+	s->n_direct = k;
+}
+
+/* Backend "none": the host forks the run's init itself, on demand. */
+static int take_direct(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
+{
+	int sp[2], own = -1;
+
+	reap_direct(s, false);
+	if (s->n_direct >= MAX_DIRECT)
+		return sbx_err_set(err, SBX_E_EXECUTION, EAGAIN,
+				   "backend none: more than %d runs at once", MAX_DIRECT);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	/* The child is born with every signal blocked, so one the caller
+	 * sends right after the start waits for init's signalfd instead of
+	 * killing it (the zygote does the same for the native backends). */
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t pid = sbx_sys_clone3_fork(0, &own);
+	if (pid != 0)
+		sigprocmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
+	}
+	if (pid == 0) {
+		close(sp[0]);
+		/* Nothing the host set up (handlers, ignored signals) may
+		 * reach the run; init blocks what it forwards itself. */
+		for (int sig = 1; sig < 65; sig++)
+			if (sig != SIGKILL && sig != SIGSTOP)
+				signal(sig, SIG_DFL);
+		/* Into the session's cgroup before anything runs. */
+		if (s->cg.version && sbx_cgroup_attach(&s->cg, getpid(), NULL) < 0)
+			_exit(1);
+		sbx_init_main(&s->direct, sp[1]);
+	}
+	close(sp[1]);
+	s->direct_pidfds[s->n_direct++] = own;
+	*pidfd = fcntl(own, F_DUPFD_CLOEXEC, 3);
+	*sock = sp[0];
+	if (*pidfd < 0) {
+		close(*sock);
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
+	}
+	return 0;
+}
+
+/* Backends without a zygote end by lifetime when next asked. */
+static bool direct_expired(sbx_session *s)
+{
+	if (!s->direct.lifetime_ms)
+		return false;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	uint64_t ms = (uint64_t)(now.tv_sec - s->t0.tv_sec) * 1000 +
+		      (uint64_t)((now.tv_nsec - s->t0.tv_nsec) / 1000000);
+	if (ms < s->direct.lifetime_ms)
+		return false;
+	reap_direct(s, true);
+	return true;
+}
+
 int sbx_session_take_warm(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
 {
 	uint32_t want = SBX_PROTO_MAGIC;
 
+	if (s->none && direct_expired(s))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session's lifetime has passed");
+	if (s->none)
+		return take_direct(s, sock, pidfd, err);
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
 	if (recv_offer(s, sock, pidfd, err) < 0)
@@ -139,8 +251,50 @@ const char *sbx_session_id(const sbx_session *s)
 	return s->id;
 }
 
+const char *sbx_session_backend(const sbx_session *s)
+{
+	return s->backend;
+}
+
+int64_t sbx_session_cpu_usage_us(const sbx_session *s)
+{
+	return s->cg.version ? sbx_cgroup_cpu_usage_us(&s->cg) : -1;
+}
+
+int64_t sbx_session_oom_kills(const sbx_session *s)
+{
+	int64_t n = s->cg.oom_path[0] ? sbx_cgroup_oom_kills(&s->cg) : -1;
+	return n < 0 ? -1 : n - s->cg.oom_base;
+}
+
+const char *const *sbx_session_gpu_nodes(const sbx_session *s)
+{
+	return s->gpu.inside_node;
+}
+
+const char *sbx_session_oom_path(const sbx_session *s)
+{
+	return s->cg.oom_path[0] ? s->cg.oom_path : NULL;
+}
+
+int sbx_protect_from_oom(sbx_err *err)
+{
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "-1000", 5) != 5) {
+		int e = errno;
+		if (fd >= 0)
+			close(fd);
+		return sbx_err_set(err, SBX_E_EXECUTION, e,
+				   "oom_score_adj -1000: %s (needs CAP_SYS_RESOURCE)", strerror(e));
+	}
+	close(fd);
+	return 0;
+}
+
 bool sbx_session_alive(sbx_session *s)
 {
+	if (s && s->none)
+		return !direct_expired(s);
 	if (!s || s->zygote <= 0)
 		return false;
 	int st;
@@ -307,13 +461,23 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	if (read(sync_fd, &c, 1) != 1)
 		_exit(1);
 	close(sync_fd);
-	if ((setgroups(0, NULL) != 0 && errno != EPERM) ||
-	    setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
-	    setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0) {
+	/* Our own oom_score_adj, opened while the host's /proc is still
+	 * here and we are still its uid: see warm_offer. */
+	int oom_fd = s->cg.oom_path[0] ? open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC) : -1;
+	/* userns: the zygote is the sandbox user, holding the capabilities
+	 * of its own user namespace.  privileged: there is no user namespace,
+	 * so the zygote stays host root (it must mount for every run); each
+	 * workload becomes the session's unprivileged host uid and drops
+	 * every capability before it runs anything. */
+	if (!s->privileged && ((setgroups(0, NULL) != 0 && errno != EPERM) ||
+			       setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
+			       setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)) {
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %d: %s",
 			    SBX_SANDBOX_UID, strerror(errno));
 	} else if (sbx_caps_drop_bounding(&err) == 0 &&
-		   sbx_rootfs_build(o, s->work_dir, &err) == 0) {
+		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
+				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
+				    s->privileged ? s->host_gid : SBX_SANDBOX_GID, &err) == 0) {
 		err.kind = SBX_E_NONE;
 	}
 	ready.err_no = err.sys_errno;
@@ -323,6 +487,15 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		_exit(1);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.ctl_fd = ctl_fd;
+	cfg.oom_fd = oom_fd;
+	/* The host made us immune where it could (CAP_SYS_RESOURCE). */
+	snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "0");
+	if (oom_fd >= 0) {
+		char v[8] = "";
+		if (pread(oom_fd, v, sizeof(v) - 1, 0) > 0 && !strncmp(v, "-1000", 5))
+			snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "-1000");
+	}
+	cfg.memory_limited = s->cg.oom_path[0] != '\0';
 	size_t nc = 0;
 	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
 	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
@@ -332,6 +505,10 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.tmp_bytes = o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES;
 	cfg.shm_bytes = o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES;
 	cfg.lifetime_ms = o->lifetime_ms;
+	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
+	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
+	cfg.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
+	cfg.fsize = o->fsize_bytes;
 	sbx_zygote_main(&cfg);
 }
 
@@ -348,12 +525,207 @@ static int wait_ready(sbx_session *s, sbx_err *err)
 	ssize_t got = recv(s->ctl_fd, &ready, sizeof(ready), 0);
 	if (got != (ssize_t)sizeof(ready) || ready.magic != SBX_PROTO_MAGIC)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPIPE,
-				   "backend userns: the sandbox died while setting up");
+				   "backend %s: the sandbox died while setting up", s->backend);
 	if (ready.kind != SBX_E_NONE) {
 		ready.msg[sizeof(ready.msg) - 1] = '\0';
 		return sbx_err_set(err, (sbx_err_kind)ready.kind, ready.err_no,
-				   "backend userns: %s", ready.msg);
+				   "backend %s: %s", s->backend, ready.msg);
 	}
+	return 0;
+}
+
+static const char *bwrap_path(void)
+{
+	const char *env = getenv("SBX_BWRAP");
+	return env && *env ? env : "/usr/bin/bwrap";
+}
+
+/* Append a copy of each string to the NULL-terminated argv (grown). */
+static int argv_add(char ***v, size_t *n, size_t *cap, int count, ...)
+{
+	va_list ap;
+	if (*n + (size_t)count + 1 > *cap) {
+		size_t nc = (*cap ? *cap * 2 : 64) + (size_t)count;
+		char **nv = realloc(*v, nc * sizeof(char *));
+		if (!nv)
+			return -1;
+		*v = nv;
+		*cap = nc;
+	}
+	va_start(ap, count);
+	for (int i = 0; i < count; i++) {
+		const char *a = va_arg(ap, const char *);
+		if (!((*v)[(*n)++] = strdup(a))) {
+			va_end(ap);
+			return -1;
+		}
+	}
+	va_end(ap);
+	(*v)[*n] = NULL;
+	return 0;
+}
+
+/* A host path as bwrap should recreate it: a symlink stays a symlink. */
+static int argv_mirror(char ***v, size_t *n, size_t *cap, const char *path, bool writable)
+{
+	struct stat st;
+	char target[PATH_MAX];
+	if (lstat(path, &st) != 0)
+		return 0; /* "where present", like the native backends */
+	if (S_ISLNK(st.st_mode)) {
+		ssize_t len = readlink(path, target, sizeof(target) - 1);
+		if (len < 0)
+			return 0;
+		target[len] = '\0';
+		return argv_add(v, n, cap, 3, "--symlink", target, path);
+	}
+	return argv_add(v, n, cap, 3, writable ? "--bind" : "--ro-bind", path, path);
+}
+
+/*
+ * backend "bubblewrap": the bwrap arguments equivalent to the native
+ * backends' filesystem and namespaces: every namespace new, the sandbox
+ * user uid/gid 1000 in a user namespace, no capabilities, the policy's
+ * system dirs and /etc entries read-only, a minimal /dev, fresh /tmp and
+ * /dev/shm of the same sizes, the work dir at /tmp/sandbox-work, the extra
+ * binds.  Per run, init.c adds the generated /etc files, remounts / read-
+ * only, and passes our seccomp filter and the command.
+ */
+static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	char **v = NULL, num[32], path[PATH_MAX];
+	size_t n = 0, cap = 0;
+	int rc = argv_add(&v, &n, &cap, 12, bwrap_path(), "--unshare-all", "--die-with-parent",
+			  "--new-session", "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000",
+			  "--hostname", o->hostname ? o->hostname : "sandbox");
+	for (const char *const *d = o->system_ro; rc == 0 && d && *d; d++)
+		rc = argv_mirror(&v, &n, &cap, *d, false);
+	for (const char *const *e = o->etc_files; rc == 0 && e && *e; e++) {
+		if (strchr(*e, '/') || !strcmp(*e, "..") || !strcmp(*e, ".") || !**e)
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+					   "etc entry '%s' is not a plain name", *e);
+		if (!strcmp(*e, "passwd") || !strcmp(*e, "group") || !strcmp(*e, "hosts") ||
+		    !strcmp(*e, "hostname") || !strcmp(*e, "shadow") || !strcmp(*e, "gshadow"))
+			continue;
+		snprintf(path, sizeof(path), "/etc/%s", *e);
+		rc = argv_mirror(&v, &n, &cap, path, false);
+	}
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 4, "--dev", "/dev", "--proc", "/proc");
+	snprintf(num, sizeof(num), "%llu",
+		 (unsigned long long)(o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES));
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 4, "--size", num, "--tmpfs", "/tmp");
+	snprintf(num, sizeof(num), "%llu",
+		 (unsigned long long)(o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES));
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 7, "--size", num, "--tmpfs", "/dev/shm", "--bind",
+			      s->work_dir, SBX_SANDBOX_WORKDIR);
+	for (size_t i = 0; rc == 0 && i < o->n_binds; i++)
+		rc = argv_add(&v, &n, &cap, 3, o->binds[i].writable ? "--bind" : "--ro-bind",
+			      o->binds[i].path, o->binds[i].path);
+	s->bwrap_argv = v;
+	if (rc < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
+	return 0;
+}
+
+/* The backend's requirements, checked before anything is made. */
+static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	if (!o->backend)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "backend: required");
+	snprintf(s->backend, sizeof(s->backend), "%.15s", o->backend);
+	if (!strcmp(o->backend, "userns"))
+		;
+	else if (!strcmp(o->backend, "privileged"))
+		s->privileged = true;
+	else if (!strcmp(o->backend, "none"))
+		s->none = true;
+	else if (!strcmp(o->backend, "bubblewrap"))
+		s->none = s->bwrap = true;
+	else
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "backend '%s' is not provided by this core", o->backend);
+	if (s->privileged && geteuid() != 0)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+				   "backend privileged: creating namespaces without a user namespace "
+				   "needs root (CAP_SYS_ADMIN, CAP_SETUID); run sbxd as root or use "
+				   "backend \"userns\"");
+	if (s->bwrap && access(bwrap_path(), X_OK) != 0)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				   "backend bubblewrap: no executable bwrap at %s (install it: "
+				   "apt-get install bubblewrap, or set SBX_BWRAP)",
+				   bwrap_path());
+	if (o->gpus && !s->privileged)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				   "gpus = %u needs backend \"privileged\" (NVIDIA's driver refuses "
+				   "an unprivileged user namespace, and %s has no device isolation)",
+				   o->gpus, o->backend);
+	bool limits = o->memory_bytes || o->cpu_milli || o->pids_max;
+	if (limits && geteuid() != 0 && !o->cgroup_root && !getenv("SBX_CGROUP_ROOT"))
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+				   "resource ceilings (memory, cpu, pids) need a cgroup sbx may "
+				   "write: run as root, or delegate one and set SBX_CGROUP_ROOT");
+	if (o->disk_bytes && geteuid() != 0)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+				   "disk_mb: the size-capped work dir is a tmpfs mount, which needs "
+				   "root; leave disk_mb unset when not root");
+	if (o->disk_bytes && o->work_dir)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "disk_mb cannot cap a pinned work_dir (it lives on the host's "
+				   "disk); leave work_dir unset");
+	return 0;
+}
+
+/* disk_mb: the work dir becomes a tmpfs of that size, mounted on the host
+ * (its pages are charged to the memory cgroup of whoever writes them, so
+ * memory_mb bounds it too).  A full one gives ENOSPC; the host disk is
+ * never written. */
+static int mount_disk(sbx_session *s, uint64_t bytes, sbx_err *err)
+{
+	char data[96];
+	snprintf(data, sizeof(data), "size=%llu,mode=0700,uid=%u,gid=%u",
+		 (unsigned long long)bytes, (unsigned)s->host_uid, (unsigned)s->host_gid);
+	if (mount("sbx-work", s->work_dir, "tmpfs", MS_NOSUID | MS_NODEV, data) != 0)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				   "disk_mb: mount a %llu-byte tmpfs on %s: %s",
+				   (unsigned long long)bytes, s->work_dir, strerror(errno));
+	s->disk_mounted = true;
+	close(s->work_fd);
+	s->work_fd = open(s->work_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (s->work_fd < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", s->work_dir,
+				   strerror(errno));
+	return 0;
+}
+
+/* The cgroup rules of the session's GPU nodes, then its cgroup. */
+static int make_cgroup(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	sbx_cgroup_limits lim = {
+		.memory_bytes = o->memory_bytes,
+		.cpu_milli = o->cpu_milli,
+		.pids_max = o->pids_max,
+		.devices = s->gpu.rule,
+		.n_devices = s->gpu.n_nodes,
+	};
+	return sbx_cgroup_create(&s->cg, o->cgroup_root, s->id, &lim, err);
+}
+
+/* backend "none": no zygote; each run's init is forked by the host. */
+static int open_direct(sbx_session *s, const sbx_session_opts *o)
+{
+	memset(&s->direct, 0, sizeof(s->direct));
+	s->direct.none = true;
+	s->direct.oom_fd = -1;
+	s->direct.host_work_dir = s->work_dir;
+	s->direct.uid = geteuid();
+	s->direct.gid = getegid();
+	s->direct.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
+	s->direct.fsize = o->fsize_bytes;
+	s->direct.lifetime_ms = o->lifetime_ms;
+	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	return 0;
 }
 
@@ -363,11 +735,6 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	struct sock_fprog *prog = NULL;
 	sbx_session *s;
 
-	if (!o->backend || strcmp(o->backend, "userns") != 0)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-				   "backend '%s' is not provided by this core",
-				   o->backend ? o->backend : "(null)"),
-		       NULL;
 	for (size_t i = 0; i < o->n_binds; i++) {
 		const char *p = o->binds[i].path;
 		if (!p || p[0] != '/' || strstr(p, "/../") || !strcmp(p, "/tmp") ||
@@ -389,7 +756,16 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	s->zygote = -1;
 	s->ctl_fd = s->work_fd = s->lock_fd = -1;
-	if (geteuid() == 0) {
+	for (int i = 0; i < SBX_GPU_MAX; i++)
+		s->gpu.lock_fd[i] = -1;
+	if (check_backend(s, o, err) < 0) {
+		free(s);
+		return NULL;
+	}
+	if (s->none && !s->bwrap) {
+		s->host_uid = geteuid();
+		s->host_gid = getegid();
+	} else if (geteuid() == 0) {
 		s->host_uid = o->host_uid ? o->host_uid : SBX_DEFAULT_HOST_UID;
 		s->host_gid = (gid_t)s->host_uid;
 	} else {
@@ -398,19 +774,67 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	}
 	if (prepare_work_dir(s, o, err) < 0)
 		goto fail;
+	if (s->privileged) {
+		/* A uid of its own per session (from the id's random bits),
+		 * unless the caller chose one: sessions cannot signal or
+		 * ptrace each other even where they share something. */
+		unsigned v = (unsigned)strtoul((char[]){s->id[0], s->id[1], s->id[2], s->id[3], 0},
+					       NULL, 16);
+		s->host_uid = o->run_uid ? o->run_uid : PRIV_UID_BASE + v % PRIV_UID_SPAN;
+		s->host_gid = (gid_t)s->host_uid;
+		if (chown(s->work_dir, s->host_uid, s->host_gid) != 0) {
+			sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s: %s", s->work_dir,
+				    strerror(errno));
+			goto fail;
+		}
+	}
+	if (o->disk_bytes && mount_disk(s, o->disk_bytes, err) < 0)
+		goto fail;
+	if (o->gpus) {
+		char lock_dir[PATH_MAX];
+		const char *state = getenv("SBX_GPU_LOCK_DIR");
+		snprintf(lock_dir, sizeof(lock_dir), "%s", state && *state ? state : "/run/sbx-gpus");
+		if (sbx_gpu_prepare(&s->gpu, o, lock_dir, err) < 0)
+			goto fail;
+	}
+	if (make_cgroup(s, o, err) < 0)
+		goto fail;
 	prog = sbx_seccomp_compile(o->seccomp_deny, err);
 	if (!prog)
 		goto fail;
+	if (s->none) {
+		open_direct(s, o);
+		if (s->bwrap) {
+			if (build_bwrap_argv(s, o, err) < 0)
+				goto fail;
+			s->prog = prog;
+			s->direct.seccomp = prog;
+			s->direct.bwrap_argv = s->bwrap_argv;
+			s->direct.uid = s->host_uid;
+			s->direct.gid = s->host_gid;
+		} else {
+			sbx_seccomp_free(prog);
+		}
+		return s;
+	}
 	if (pipe2(sync, O_CLOEXEC) != 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
 		goto fail;
 	}
-	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-						CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP,
-					NULL);
+	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
+			 CLONE_NEWCGROUP;
+	if (!s->privileged)
+		flags |= CLONE_NEWUSER;
+	pid_t pid = sbx_sys_clone3_fork(flags, NULL);
 	if (pid < 0) {
-		sbx_userns_explain(errno, err);
+		if (s->privileged)
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "backend privileged: the kernel refused to create namespaces: "
+				    "%s",
+				    strerror(errno));
+		else
+			sbx_userns_explain(errno, err);
 		goto fail;
 	}
 	if (pid == 0) {
@@ -423,8 +847,25 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	close(ctl[1]);
 	sync[0] = ctl[1] = -1;
 	s->ctl_fd = ctl[0];
-	if (sbx_userns_write_maps(pid, s->host_uid, s->host_gid, err) < 0)
+	if (!s->privileged && sbx_userns_write_maps(pid, s->host_uid, s->host_gid, err) < 0)
 		goto fail;
+	/* Into the session's cgroup before it runs anything: every run it
+	 * starts inherits the ceilings; the host stays outside. */
+	if (s->cg.version && sbx_cgroup_attach(&s->cg, pid, err) < 0)
+		goto fail;
+	/* With a memory ceiling, the OOM killer must take a run, never the
+	 * session: its runs get 1000 (zygote.c); the zygote itself -1000
+	 * where we may lower it (CAP_SYS_RESOURCE; otherwise it stays 0, and
+	 * its size, shared with ours, is what keeps it safe). */
+	if (s->cg.oom_path[0]) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			(void)!write(fd, "-1000", 5);
+			close(fd);
+		}
+	}
 	if (write(sync[1], "x", 1) != 1) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "start the sandbox: %s", strerror(errno));
 		goto fail;
@@ -459,10 +900,23 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 		while (waitpid(s->zygote, NULL, 0) < 0 && errno == EINTR)
 			;
 	}
+	reap_direct(s, true);
 	if (s->ctl_fd >= 0)
 		close(s->ctl_fd);
 	if (s->work_fd >= 0)
 		close(s->work_fd);
+	/* The zygote is reaped, so its namespaces' processes are gone; the
+	 * cgroup kills whatever else is left (backend none) and goes. */
+	if (sbx_cgroup_destroy(&s->cg, err) < 0)
+		rc = -1;
+	sbx_gpu_release(&s->gpu);
+	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
+		free(s->bwrap_argv[i]);
+	free(s->bwrap_argv);
+	sbx_seccomp_free(s->prog);
+	if (s->disk_mounted && umount2(s->work_dir, MNT_DETACH) != 0 && rc == 0)
+		rc = sbx_err_set(err, SBX_E_EXECUTION, errno, "unmount %s: %s", s->work_dir,
+				 strerror(errno));
 	if (s->session_dir[0] &&
 	    nftw(s->session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
 		rc = sbx_err_set(err, SBX_E_EXECUTION, errno, "remove %s: %s", s->session_dir,

@@ -72,7 +72,16 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg)
 		offer(cfg->ctl_fd, errno, 0, -1, -1);
 		return;
 	}
+	/* With a memory ceiling, the OOM killer must take a run, never the
+	 * session: each init (and so its workload) is born with
+	 * oom_score_adj 1000, which outweighs any size the zygote can have
+	 * within the ceiling.  Raising needs no privilege, and going back
+	 * down to where we started (0, the lower bound) needs none either. */
+	if (cfg->oom_fd >= 0)
+		(void)!pwrite(cfg->oom_fd, "1000", 4, 0);
 	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd);
+	if (cfg->oom_fd >= 0 && pid != 0)
+		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
 	if (pid == 0) {
 		close(sp[0]);
 		sbx_init_main(cfg, sp[1]);

@@ -40,7 +40,9 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 
 static const char *const session_fields[] = {
 	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
-	"seccomp_deny", "host_uid", "tmp_bytes", "shm_bytes", "lifetime_ms", NULL,
+	"seccomp_deny", "host_uid", "tmp_bytes", "shm_bytes", "lifetime_ms", "memory_bytes",
+	"cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile", "fsize_bytes", "run_uid",
+	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", NULL,
 };
 
 static const char *const bind_fields[] = { "path", "writable", NULL };
@@ -112,6 +114,18 @@ static int l_session_open(lua_State *L)
 	o.tmp_bytes = (uint64_t)lsbx_opt_int(L, 1, "tmp_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.shm_bytes = (uint64_t)lsbx_opt_int(L, 1, "shm_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.lifetime_ms = (uint64_t)lsbx_opt_int(L, 1, "lifetime_ms", 0, LSBX_MAX_EXACT, 0);
+	o.memory_bytes = (uint64_t)lsbx_opt_int(L, 1, "memory_bytes", 0, LSBX_MAX_EXACT, 0);
+	o.cpu_milli = (uint32_t)lsbx_opt_int(L, 1, "cpu_milli", 0, 1000000, 0);
+	o.pids_max = (uint32_t)lsbx_opt_int(L, 1, "pids_max", 0, 4194304, 0);
+	o.disk_bytes = (uint64_t)lsbx_opt_int(L, 1, "disk_bytes", 0, LSBX_MAX_EXACT, 0);
+	o.cgroup_root = lsbx_opt_string(L, 1, "cgroup_root");
+	o.nofile = (uint64_t)lsbx_opt_int(L, 1, "nofile", 0, 1048576, 0);
+	o.fsize_bytes = (uint64_t)lsbx_opt_int(L, 1, "fsize_bytes", 0, LSBX_MAX_EXACT, 0);
+	o.run_uid = (uid_t)lsbx_opt_int(L, 1, "run_uid", 0, (int64_t)UINT32_MAX - 1, 0);
+	o.gpus = (uint32_t)lsbx_opt_int(L, 1, "gpus", 0, 64, 0);
+	o.gpu_dev_dir = lsbx_opt_string(L, 1, "gpu_dev_dir");
+	o.gpu_paths = lsbx_opt_strv(L, 1, "gpu_paths", false, NULL);
+	o.gpu_shared = lsbx_opt_bool(L, 1, "gpu_shared", false);
 
 	/* The userdata exists before the session does, so that no Lua error
 	 * (out of memory) can come between opening and owning it. */
@@ -238,6 +252,63 @@ static int l_session_alive(lua_State *L)
 	return 1;
 }
 
+/* s:backend() */
+static int l_session_backend(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	if (!ud->s)
+		return 0;
+	lua_pushstring(L, sbx_session_backend(ud->s));
+	return 1;
+}
+
+/* s:cpu_usage_us() -> microseconds of CPU the session's cgroup used, or nil */
+static int l_session_cpu_usage(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	int64_t v = ud->s ? sbx_session_cpu_usage_us(ud->s) : -1;
+	if (v < 0)
+		return 0;
+	lua_pushnumber(L, (lua_Number)v);
+	return 1;
+}
+
+/* s:oom_kills() -> OOM kills in the session since it opened, or nil */
+static int l_session_oom_kills(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	int64_t v = ud->s ? sbx_session_oom_kills(ud->s) : -1;
+	if (v < 0)
+		return 0;
+	lua_pushnumber(L, (lua_Number)v);
+	return 1;
+}
+
+/* s:gpu_nodes() -> { "/dev/nvidia0", ... } (inside paths) */
+static int l_session_gpu_nodes(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	lua_newtable(L);
+	if (!ud->s)
+		return 1;
+	const char *const *n = sbx_session_gpu_nodes(ud->s);
+	for (int i = 0; n && n[i]; i++) {
+		lua_pushstring(L, n[i]);
+		lua_rawseti(L, -2, i + 1);
+	}
+	return 1;
+}
+
+/* core.protect_from_oom() -> true, or nil, kind, msg (sbxd only) */
+static int l_protect_from_oom(lua_State *L)
+{
+	sbx_err err = { 0 };
+	if (sbx_protect_from_oom(&err) < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
 static int l_session_tostring(lua_State *L)
 {
 	lsbx_session *ud = lsbx_check_session(L, 1);
@@ -290,12 +361,17 @@ static const luaL_Reg session_methods[] = {
 	{ "close", l_session_close },
 	{ "work_dir", l_session_work_dir },
 	{ "alive", l_session_alive },
+	{ "backend", l_session_backend },
+	{ "cpu_usage_us", l_session_cpu_usage },
+	{ "oom_kills", l_session_oom_kills },
+	{ "gpu_nodes", l_session_gpu_nodes },
 	{ NULL, NULL },
 };
 
 static const luaL_Reg core_functions[] = {
 	{ "session_open", l_session_open },
 	{ "realpath", l_realpath },
+	{ "protect_from_oom", l_protect_from_oom },
 	{ "monotonic_ms", l_monotonic_ms },
 	{ NULL, NULL },
 };

@@ -11,7 +11,7 @@
  *   r:fds()                         stdout, stderr, status, pidfd (-1 once closed)
  *   r:close()                       true (kills the run if still going)
  *
- * result = { term = "exit"|"signal"|"timeout"|"killed"|"error",
+ * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"error",
  *            returncode =, signo =, runtime_ms =, error = string|nil }
  *
  * A run keeps its session userdata alive through its environment table, so
@@ -161,6 +161,8 @@ static const char *term_name(sbx_term t)
 		return "killed";
 	case SBX_TERM_ERROR:
 		return "error";
+	case SBX_TERM_OOM:
+		return "oom";
 	}
 	return "error";
 }

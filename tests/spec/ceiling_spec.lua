@@ -1,0 +1,196 @@
+-- ceiling_spec.lua: resource ceilings per session, really hit: a memory
+-- bomb and a tmpfs fill end as termination_reason "oom" and leave the
+-- session usable; a fork bomb meets pids; a CPU spinner is held to
+-- cpu_milli (measured through the session's cgroup); a full disk_mb work
+-- dir gives ENOSPC with the host disk untouched; rlimits are set.  The
+-- host side (this process) stays outside the session's cgroup.
+-- Needs root (cgroups, the work dir tmpfs); skipped otherwise.
+
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local T = dofile(here .. "helpers.lua")
+local sbx = T.sbx
+
+local function is_root()
+  local p = io.popen("id -u")
+  local uid = p:read("*l")
+  p:close()
+  return uid == "0"
+end
+
+if not T.has_core() or not is_root() then
+  describe("resource ceilings", function()
+    pending("needs sbx.core and root (cgroups, tmpfs work dir)")
+  end)
+  return
+end
+
+local function df_avail_kb(path)
+  local p = io.popen("df -Pk " .. path .. " | tail -1")
+  local line = p:read("*l")
+  p:close()
+  return tonumber(line:match("^%S+%s+%d+%s+%d+%s+(%d+)"))
+end
+
+local function cgroup_of(pid, ctrl)
+  for line in io.lines("/proc/" .. pid .. "/cgroup") do
+    local c, path = line:match("^%d+:([^:]*):(.*)$")
+    if c == ctrl or (ctrl == "" and c == "") then return path end
+    for part in (c or ""):gmatch("[^,]+") do
+      if part == ctrl then return path end
+    end
+  end
+end
+
+describe("resource ceilings", function()
+  teardown(T.cleanup)
+
+  -- Ceilings of 256 MiB: the OOM killer weighs a process by its size
+  -- plus oom_score_adj (1000 for runs, 0 for the zygote without
+  -- CAP_SYS_RESOURCE) times the ceiling, and the zygote shares the
+  -- host's pages (100+ MiB under ASan): the ceiling must outweigh them.
+  it("end a memory bomb as oom, and the session stays usable", function()
+    local s = sbx.session { memory_mb = 256 }
+    finally(function() s:close() end)
+    local r = s:exec("python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'")
+    assert.are.equal("oom", r.termination_reason, T.show(r))
+    assert.are_not.equal(0, r.returncode)
+    assert.are.equal("", r.stdout, "the bomb never got its memory")
+    local again = s:exec("echo still here")
+    assert.are.equal("still here\n", again.stdout, T.show(again))
+    assert.are.equal("", again.termination_reason)
+  end)
+
+  it("count tmpfs pages: filling /tmp past memory_mb is an oom, not a host cost", function()
+    local s = sbx.session { memory_mb = 256 }
+    finally(function() s:close() end)
+    -- /tmp (256 MiB) and /dev/shm (64 MiB) together hold more than the
+    -- memory ceiling: the pages are the limit, charged to the session.
+    local r = s:exec("head -c 250M /dev/zero > /tmp/fill; head -c 60M /dev/zero > /dev/shm/fill; "
+      .. "echo survived")
+    assert.are.equal("oom", r.termination_reason, T.show(r))
+    assert.is_nil(r.stdout:find("survived"), "the whole run ended")
+    assert.are.equal("ok\n", s:exec("echo ok").stdout)
+  end)
+
+  it("hold a fork bomb at pids; the session and the host stay responsive", function()
+    local s = sbx.session { pids = 32 }
+    finally(function() s:close() end)
+    local t0 = T.now_ms()
+    local r = s:exec("bomb() { bomb | bomb & }; bomb; sleep 1; echo done", { timeout_s = 20 })
+    assert.is_true(T.now_ms() - t0 < 20000, "the bomb did not wedge the run")
+    assert.is_truthy(r.stderr:find("fork", 1, true) or r.stderr:find("Resource", 1, true),
+      "the shell saw fork fail: " .. T.show(r))
+    -- The host is fine: it can still fork.
+    local p = io.popen("echo host-ok")
+    assert.are.equal("host-ok", p:read("*l"))
+    p:close()
+    local again = s:exec("echo alive")
+    assert.are.equal("alive\n", again.stdout, T.show(again))
+    -- Counted: 40 sleepers cannot start under pids = 32.
+    -- (dash gives up at the first fork that fails; counting with builtins)
+    local many = s:exec("(for i in $(seq 40); do sleep 5 & done) 2>/dev/null; "
+      .. "set -- /proc/[0-9]*; echo $#; kill -9 -1 2>/dev/null; true")
+    local n = tonumber(many.stdout:match("%d+"))
+    assert.is_number(n, T.show(many))
+    assert.is_true(n <= 32, T.show(many))
+  end)
+
+  it("hold a CPU spinner to cpu_milli, measured by the cgroup", function()
+    local s = sbx.session { cpu_milli = 250 }
+    finally(function() s:close() end)
+    local t0 = T.now_ms()
+    -- Two spinners for 2 s of wall time: unlimited they would use ~4 s of CPU
+    -- on two cores; at 250 millicpu, ~0.5 s.
+    local r = s:exec("timeout 2 sh -c 'while :; do :; done' & timeout 2 sh -c 'while :; do :; done'; wait")
+    local wall = T.now_ms() - t0
+    assert.is_true(wall >= 1900, T.show(r))
+    local used_us = s:cpu_usage_us()
+    assert.is_number(used_us, "the session has a cgroup CPU counter")
+    local used_ms = used_us / 1000
+    assert.is_true(used_ms < wall * 0.25 * 1.6 + 100,
+      ("%d ms of CPU in %d ms of wall time at cpu_milli 250"):format(used_ms, wall))
+    assert.is_true(used_ms > wall * 0.25 * 0.3, ("it did run: %d ms"):format(used_ms))
+  end)
+
+  it("cap the work dir at disk_mb: ENOSPC inside, the host disk untouched", function()
+    local s = sbx.session { disk_mb = 8 }
+    finally(function() s:close() end)
+    local before = df_avail_kb("/var/lib/sbx")
+    local r = s:exec("head -c 64M /dev/zero > fill; echo rc=$?; ls -l fill")
+    assert.matches("No space left on device", r.stderr, 1, true)
+    assert.matches("rc=1", r.stdout, 1, true)
+    local size = tonumber(r.stdout:match("sandbox%s+sandbox%s+(%d+)"))
+    assert.is_true(size <= 8 * 1024 * 1024, T.show(r))
+    local after = df_avail_kb("/var/lib/sbx")
+    assert.is_true(math.abs(before - after) < 4096, "the host disk did not take the 8 MiB")
+    -- Once there is room again, it is an ordinary work dir.
+    s:exec("rm fill")
+    s:put_bytes("small.txt", "x")
+    assert.are.equal("x", s:get_bytes("small.txt"))
+    assert.are.equal(0, s:exec("head -c 1M /dev/zero > again").returncode)
+  end)
+
+  it("set rlimits as a second layer: no core dumps, a bounded fd table", function()
+    local s = sbx.session {}
+    finally(function() s:close() end)
+    local r = s:exec("ulimit -c; ulimit -n")
+    assert.are.equal("0\n1024\n", r.stdout, T.show(r))
+  end)
+
+  it("put the runs in the session's cgroup and leave the host outside", function()
+    local s = sbx.session { memory_mb = 128, pids = 64 }
+    finally(function() s:close() end)
+    local mine = cgroup_of("self", "pids")
+    assert.is_falsy((mine or ""):find("/sbx/", 1, true), "the host is outside: " .. tostring(mine))
+    local r = s:exec("cat /proc/self/cgroup")
+    -- The run sees its cgroup namespace root; the host sees sbx/<id>.
+    assert.are.equal(0, r.returncode)
+    local found = false
+    for d in io.popen("ls /sys/fs/cgroup/pids/sbx 2>/dev/null"):lines() do
+      if #d == 32 then
+        local f = io.open("/sys/fs/cgroup/pids/sbx/" .. d .. "/pids.max")
+        if f and f:read("*l") == "64" then found = true end
+        if f then f:close() end
+      end
+    end
+    if not found then
+      for d in io.popen("ls /sys/fs/cgroup/sbx 2>/dev/null"):lines() do
+        local f = io.open("/sys/fs/cgroup/sbx/" .. d .. "/pids.max")
+        if f and f:read("*l") == "64" then found = true end
+        if f then f:close() end
+      end
+    end
+    assert.is_true(found, "a session cgroup with pids.max = 64 exists")
+  end)
+
+  it("remove the session's cgroup at close", function()
+    local function dirs()
+      local out = {}
+      for d in io.popen("ls /sys/fs/cgroup/memory/sbx /sys/fs/cgroup/sbx 2>/dev/null"):lines() do
+        if #d == 32 and d:match("^%x+$") then out[d] = true end
+      end
+      return out
+    end
+    local before = dirs()
+    local s = sbx.session { memory_mb = 64 }
+    s:exec("sleep 30 &")
+    local mine
+    for d in pairs(dirs()) do
+      if not before[d] then
+        assert.is_nil(mine, "one new cgroup per session")
+        mine = d
+      end
+    end
+    assert.is_string(mine, "the session made a cgroup")
+    s:close()
+    assert.is_nil(dirs()[mine], "its cgroup is gone")
+  end)
+
+  it("refuse ceilings above the policy's, and nonsense values", function()
+    T.expect("PolicyDenied", sbx.session, { memory_mb = 1024 * 1024 })
+    T.expect("PolicyDenied", sbx.session, { pids = 1000000 })
+    T.expect("InvalidArgument", sbx.session, { memory_mb = 0 })
+    T.expect("InvalidArgument", sbx.session, { memory_mb = 4 })
+    T.expect("InvalidArgument", sbx.session, { disk_mb = 8, work_dir = T.tmpdir("/var/tmp") })
+  end)
+end)
