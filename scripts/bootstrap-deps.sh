@@ -12,6 +12,9 @@ packages=(
 	libseccomp-dev libcap-dev libmsgpack-dev libedit-dev libcmocka-dev
 	lua-busted
 	bubblewrap util-linux python3 tmux procps iproute2 coreutils
+	libh2o-evloop-dev libssl-dev libjansson-dev libcurl4-openssl-dev
+	nghttp2-client curl openssl
+	luarocks libcap2-bin
 )
 
 installed() {

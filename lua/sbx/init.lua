@@ -18,6 +18,7 @@
 --   errors (sbx.errors)            lua/sbx/errors.lua
 --   policies (sbx.policy)          lua/sbx/policy.lua
 --   presets                        lua/sbx/presets.lua
+--   sbx.remote (sessions on sbxd)  lua/sbx/remote.lua
 --
 -- Errors are tables with kind and message (see sbx.errors); test them with
 -- sbx.is_error(e, "InvalidArgument").
@@ -53,7 +54,7 @@ sbx.CLOUD_METADATA_DENY = presets.copy(presets.CLOUD_METADATA_DENY)
 -- Loaded on first use, so that `require "sbx"` stays cheap.
 setmetatable(sbx, {
   __index = function(t, k)
-    if k == "policy" or k == "options" or k == "process" then
+    if k == "policy" or k == "options" or k == "process" or k == "remote" then
       local mod = require("sbx." .. k)
       rawset(t, k, mod)
       return mod

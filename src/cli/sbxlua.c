@@ -20,6 +20,7 @@
 #include <lualib.h>
 
 #include "cli.h"
+#include "paths.h"
 #include "sbx.h"
 
 #ifndef SBX_SOURCE_DIR
@@ -39,6 +40,7 @@ struct cli {
 	bool has_chunks;  /* at least one -e or -l */
 	bool version, help;
 	const char *session_opts;
+	const char *check_policy; /* --check-policy FILE */
 };
 
 static void usage(FILE *out)
@@ -58,6 +60,8 @@ static void usage(FILE *out)
 		"  --                   stop handling options; the next argument is the script\n"
 		"  --session-opts EXPR  a Lua table expression, e.g. '{backend=\"userns\"}': the\n"
 		"                       options of the session the REPL opens at its first !cmd\n"
+		"  --check-policy FILE  load the policy FILE, print the effective policy and\n"
+		"                       exit 0, or print the error (with its line) and exit 1\n"
 		"  -v, --version        print the version and exit\n"
 		"  -h, --help           print this help and exit\n"
 		"\n"
@@ -121,6 +125,12 @@ static int parse_args(int argc, char **argv, struct cli *cli)
 			cli->session_opts = argv[i];
 		} else if (strncmp(a, "--session-opts=", 15) == 0) {
 			cli->session_opts = a + 15;
+		} else if (strcmp(a, "--check-policy") == 0) {
+			if (++i >= argc)
+				return usage_error("'%s' needs an argument", a);
+			cli->check_policy = argv[i];
+		} else if (strncmp(a, "--check-policy=", 15) == 0) {
+			cli->check_policy = a + 15;
 		} else {
 			return usage_error("unknown option '%s'", a);
 		}
@@ -206,65 +216,6 @@ static int report(lua_State *L, int status)
 	return status;
 }
 
-static bool is_dir(const char *path)
-{
-	struct stat st;
-
-	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* sbx.paths: a fresh table each require, from the closure's upvalues. */
-static int open_paths(lua_State *L)
-{
-	lua_createtable(L, 0, 4);
-	lua_pushvalue(L, lua_upvalueindex(1));
-	lua_setfield(L, -2, "root");
-	lua_pushvalue(L, lua_upvalueindex(2));
-	lua_setfield(L, -2, "lua_dir");
-	lua_pushvalue(L, lua_upvalueindex(3));
-	lua_setfield(L, -2, "policy_dir");
-	lua_pushvalue(L, lua_upvalueindex(4));
-	lua_setfield(L, -2, "from_source");
-	return 1;
-}
-
-/*
- * Decide where lua/ and policies/ are (SBX_ROOT, else the source tree when
- * it is still there, else the install prefix), preload sbx.paths with that,
- * and put lua_dir first on package.path, ahead of the system paths.
- */
-static void setup_paths(lua_State *L)
-{
-	const char *env = getenv("SBX_ROOT");
-	const char *lua_dir;
-
-	lua_getglobal(L, "package");
-	lua_getfield(L, -1, "preload");
-	if (env && *env) {
-		lua_pushstring(L, env);
-		lua_pushfstring(L, "%s/lua", env);
-		lua_pushfstring(L, "%s/policies", env);
-		lua_pushboolean(L, 0);
-	} else if (is_dir(SBX_SOURCE_DIR "/lua")) {
-		lua_pushliteral(L, SBX_SOURCE_DIR);
-		lua_pushliteral(L, SBX_SOURCE_DIR "/lua");
-		lua_pushliteral(L, SBX_SOURCE_DIR "/policies");
-		lua_pushboolean(L, 1);
-	} else {
-		lua_pushliteral(L, SBX_INSTALL_DATADIR);
-		lua_pushliteral(L, SBX_INSTALL_LUADIR);
-		lua_pushliteral(L, SBX_INSTALL_DATADIR "/policies");
-		lua_pushboolean(L, 0);
-	}
-	lua_dir = lua_tostring(L, -3);
-	lua_getfield(L, -6, "path"); /* package.path */
-	lua_pushfstring(L, "%s/?.lua;%s/?/init.lua;%s", lua_dir, lua_dir, lua_tostring(L, -1));
-	lua_setfield(L, -8, "path");
-	lua_pop(L, 1);
-	lua_pushcclosure(L, open_paths, 4);
-	lua_setfield(L, -2, "sbx.paths");
-	lua_pop(L, 2);
-}
 
 /*
  * os.exit([code [, close]]): LuaJIT's, except that close defaults to true.
@@ -341,7 +292,7 @@ static int run_chunks(lua_State *L, int argc, char **argv, int script)
 		const char *a = argv[i];
 		const char *val;
 
-		if (strcmp(a, "--session-opts") == 0) {
+		if (strcmp(a, "--session-opts") == 0 || strcmp(a, "--check-policy") == 0) {
 			i++;
 			continue;
 		}
@@ -401,6 +352,29 @@ static int run_repl(lua_State *L, const char *session_opts)
 	return report(L, status);
 }
 
+/*
+ * --check-policy FILE: sbx.policy.check_cli(FILE) prints the effective
+ * policy (stdout) or the error with its line (stderr).  Returns the exit
+ * status: 0 when the policy loads, 1 otherwise.
+ */
+static int check_policy(lua_State *L, const char *file)
+{
+	int rc;
+
+	lua_getglobal(L, "require");
+	lua_pushliteral(L, "sbx.policy");
+	if (report(L, sbx_cli_pcall(L, 1, 1, true)))
+		return 1;
+	lua_getfield(L, -1, "check_cli");
+	lua_remove(L, -2);
+	lua_pushstring(L, file);
+	if (report(L, sbx_cli_pcall(L, 1, 1, true)))
+		return 1;
+	rc = lua_isnumber(L, -1) ? (int)lua_tointeger(L, -1) : 1;
+	lua_pop(L, 1);
+	return rc == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	struct cli cli = {0};
@@ -433,11 +407,16 @@ int main(int argc, char **argv)
 	lua_pushcfunction(L, l_os_exit);
 	lua_setfield(L, -2, "exit");
 	lua_pop(L, 1);
-	setup_paths(L);
+	sbx_host_paths_preload(L);
 	preload(L, "sbx.core", luaopen_sbx_core);
 	preload(L, "sbx.readline", sbx_cli_open_readline);
 	preload(L, "sbx.clock", sbx_cli_open_clock);
 	create_arg_table(L, argc, argv, cli.script);
+	if (cli.check_policy) {
+		status = check_policy(L, cli.check_policy);
+		lua_close(L);
+		return status ? EXIT_FAILURE : EXIT_SUCCESS;
+	}
 
 	status = run_chunks(L, argc, argv, cli.script);
 	if (status == 0 && cli.script)

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# run.sh: the exec latency benchmark (make bench): builds the peer timer
+# run.sh: the benchmarks (make bench): builds the peer timer
 # (sbx-bench-peer) and sbxlua in BUILD_DIR, then runs exec_latency.lua,
-# which times s:exec("/bin/true") and the peers in the same run.
+# which times s:exec("/bin/true") and the peers in the same run,
+# backend_bench.lua (open/close and exec latency per backend),
+# policy_overhead.lua, the policy engine's time per run, and
+# remote_bench.lua, sbxd's HTTP/2 API against on-device.
 #
 # usage: tests/bench/run.sh [BUILD_DIR] [exec_latency.lua args: -n N -w W --strict]
 set -euo pipefail
@@ -10,4 +13,14 @@ cd "$root"
 build=${1:-build}
 shift || true
 cmake --build "$build" -j"$(nproc)" --target sbx-bench-peer sbxlua >/dev/null
-exec "$build/bin/sbxlua" tests/bench/exec_latency.lua --peer "$build/bin/sbx-bench-peer" "$@"
+"$build/bin/sbxlua" tests/bench/exec_latency.lua --peer "$build/bin/sbx-bench-peer" "$@"
+# Per backend, side by side: session open+close and exec("/bin/true") latency (issue 6).
+echo
+"$build/bin/sbxlua" tests/bench/backend_bench.lua 2>/dev/null
+# The policy engine's overhead per run with policies/default.lua (issue 4).
+echo
+"$build/bin/sbxlua" tests/bench/policy_overhead.lua
+# The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
+echo
+cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
+exec "$build/bin/sbxlua" tests/bench/remote_bench.lua --sbxd "$build/bin/sbxd"

@@ -1,0 +1,434 @@
+-- sbx.server: the Lua orchestration layer of sbxd (the HTTP/2 remote API).
+--
+-- sbxd's C side authenticates (bearer token -> tenant), decodes bodies and
+-- streams runs; this module decides everything else, with the same
+-- sbx.session / sbx.options / sbx.policy code on-device use goes through:
+--
+--   M.init(cfg)       cfg = { policy, max_sessions, max_runs, hard_ceiling_s,
+--                     idle_timeout_s (0: no idle reaping) }
+--   M.handle(req)     req = { method, path, tenant | ref_token, body (decoded
+--                     table), raw (the body bytes), format }
+--                     -> { status, body | raw, headers, log } or
+--                        { stream = { start, finish, backend, session_id } }
+--   M.tick()          once a second: reap sessions past their lifetime
+--   M.stats()         { sessions_open, policy_denials }
+--   M.shutdown()      close every session
+--   M.reload_policy() re-read the policy file (SIGHUP and the admin route);
+--                     -> true, generation | nil, why (the old policy stays)
+--
+-- One policy engine serves every session: a reload applies to sessions
+-- opened after it, and to open sessions too when the new policy says
+-- reapply = true (sbx.policy's rules).  POST /v1/admin/reload-policy does
+-- the reload for the tenant named by --admin-tenant, and is 403 for anyone
+-- else (and for everyone when no admin tenant is configured).
+--
+-- Tenancy: a session belongs to the tenant that created it; another tenant
+-- gets 404 for it, exactly as for an id that does not exist.  A session's
+-- reference token ("sbxr_<id>_<secret>", from the create answer) can run,
+-- put and get in that session only; DELETE with it is 403.
+-- Limits: open sessions and concurrent runs per tenant; over them: 429
+-- with Retry-After.  Session lifetime: the session's timeout_s (the soft
+-- timeout, policy default 1 h, enforced by the core) and the server's hard
+-- ceiling (default 24 h) from creation, enforced by tick(); the idle
+-- reaper closes a session nobody used (no request, no run) for
+-- idle_timeout_s (default 1 h).
+
+local bit = require "bit"
+local errors = require "sbx.errors"
+local options = require "sbx.options"
+local policy = require "sbx.policy"
+local session = require "sbx.session"
+
+local M = {}
+
+local cfg = {}
+local sessions = {}      -- id -> record
+local tenants = {}       -- tenant -> { sessions = n, runs = n }
+local counters = { policy_denials = 0 }
+
+-- Session options a remote client may not set: they name host paths or
+-- files of the server (the policy is the server's).
+local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true }
+
+local ARRAY = { __array = true }
+local function array(t) return setmetatable(t, ARRAY) end
+
+local function now_ms()
+  local ok, core = pcall(require, "sbx.core")
+  if ok and core.monotonic_ms then return core.monotonic_ms() end
+  return os.time() * 1000
+end
+
+local function random_hex(nbytes)
+  local f = assert(io.open("/dev/urandom", "rb"))
+  local bytes = f:read(nbytes)
+  f:close()
+  assert(bytes and #bytes == nbytes, "short read from /dev/urandom")
+  return (bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end))
+end
+
+-- Equality whose time depends only on the lengths.
+local function ct_equal(a, b)
+  if type(a) ~= "string" or type(b) ~= "string" then return false end
+  local diff = #a == #b and 0 or 1
+  local n = math.min(#a, #b)
+  for i = 1, n do diff = bit.bor(diff, bit.bxor(a:byte(i), b:byte(i))) end
+  return diff == 0
+end
+
+local function tenant_rec(t)
+  local r = tenants[t]
+  if not r then r = { sessions = 0, runs = 0 } tenants[t] = r end
+  return r
+end
+
+local function reply(status, body, extra)
+  local r = { status = status, body = body }
+  if extra then for k, v in pairs(extra) do r[k] = v end end
+  return r
+end
+
+local function fail(status, kind, message, fields)
+  local body = { kind = kind, message = message }
+  if fields then for k, v in pairs(fields) do body[k] = v end end
+  return reply(status, body)
+end
+
+local STATUS = {
+  InvalidArgument = 400, PolicyDenied = 403, BackendUnavailable = 503,
+  SessionClosed = 410, SandboxExecutionError = 500, SandboxCommandError = 500,
+}
+
+-- An sbx error (or any Lua error) as an answer.
+local function from_error(e)
+  if type(e) ~= "table" or not e.kind then
+    io.stderr:write("sbxd: internal error: ", tostring(e), "\n")
+    return fail(500, "SandboxExecutionError", "internal error in the server", { reason = "internal error" })
+  end
+  if e.kind == "PolicyDenied" then counters.policy_denials = counters.policy_denials + 1 end
+  local body = {}
+  for k, v in pairs(e) do
+    if type(v) == "string" or type(v) == "number" or type(v) == "boolean" then body[k] = v end
+  end
+  return reply(STATUS[e.kind] or 500, body)
+end
+
+local function describe(rec, owner, req)
+  local s = rec.s
+  local d = {
+    id = s.id, name = s.name, created_at = s.created_at, backend = s.backend,
+    endpoint = req and req.endpoint or cfg.endpoint, is_owner = owner, timeout_s = rec.timeout_s,
+    runs_active = rec.runs,
+  }
+  if owner then d.tokens = { reference = rec.ref_token } end
+  return d
+end
+
+-- The session record the caller may touch, or nil and an answer.
+-- owner_only: reference tokens get 403.
+local function lookup_rec(req, id, owner_only)
+  local rec = sessions[id]
+  if req.tenant then
+    if not rec or rec.tenant ~= req.tenant then
+      return nil, fail(404, "NotFound", ("no session %s"):format(id))
+    end
+    return rec, nil, true
+  end
+  -- A reference token: sbxr_<id>_<secret>, valid for its own session only.
+  local tid = type(req.ref_token) == "string" and req.ref_token:match("^sbxr_(%x+)_%x+$")
+  local trec = tid and sessions[tid]
+  if not trec or not ct_equal(req.ref_token, trec.ref_token) then
+    return nil, fail(401, "Unauthorized", "unknown token")
+  end
+  if tid ~= id then return nil, fail(404, "NotFound", ("no session %s"):format(id)) end
+  if owner_only then
+    return nil, fail(403, "Forbidden", "a session reference cannot do this; only the owner can")
+  end
+  return rec, nil, false
+end
+
+local function lookup(req, id, owner_only)
+  local rec, err, owner = lookup_rec(req, id, owner_only)
+  if rec then rec.last_ms = now_ms() end
+  return rec, err, owner
+end
+
+local function close_rec(rec, why)
+  if rec.closed then return end
+  rec.closed = true
+  sessions[rec.s.id] = nil
+  local t = tenant_rec(rec.tenant)
+  t.sessions = t.sessions - 1
+  local ok, e = pcall(rec.s.close, rec.s)
+  io.stderr:write(("ts=- level=info event=session_close session=%s tenant=%s why=%s%s\n"):format(
+    rec.s.id, rec.tenant, why, ok and "" or (" err=%q"):format(tostring(e))))
+end
+
+local function too_many(what, limit)
+  return fail(429, "TooManyRequests", ("%s: the limit is %d"):format(what, limit),
+    { retry_after_s = 1 }), { ["retry-after"] = "1" }
+end
+
+local function create_session(req)
+  if not req.tenant then
+    return fail(403, "Forbidden", "a session reference cannot open sessions")
+  end
+  local body = req.body
+  if body == nil then body = {} end
+  if type(body) ~= "table" or body[1] ~= nil then
+    return from_error(errors.InvalidArgument("body", "a map of session options expected"))
+  end
+  for k in pairs(body) do
+    if type(k) ~= "string" then
+      return from_error(errors.InvalidArgument("body", "option names must be strings"))
+    end
+    if SERVER_ONLY[k] then
+      return from_error(errors.InvalidArgument(k, ("%s is set by the server, not over the remote API"):format(k)))
+    end
+  end
+  local t = tenant_rec(req.tenant)
+  if t.sessions >= cfg.max_sessions then
+    local r, h = too_many("open sessions of tenant " .. req.tenant, cfg.max_sessions)
+    r.headers = h
+    return r
+  end
+  local opts = {}
+  for k, v in pairs(body) do opts[k] = v end
+  opts.policy = cfg.engine
+  local ok, s = pcall(session.open, opts)
+  if not ok then return from_error(s) end
+  local rec = {
+    s = s, tenant = req.tenant, ref_token = ("sbxr_%s_%s"):format(s.id, random_hex(16)),
+    created_ms = now_ms(), last_ms = now_ms(), runs = 0, timeout_s = s._st.timeout_s,
+  }
+  rec.hard_deadline_ms = rec.created_ms + cfg.hard_ceiling_s * 1000
+  sessions[s.id] = rec
+  t.sessions = t.sessions + 1
+  return reply(201, describe(rec, true, req), { log = "session=" .. s.id })
+end
+
+local function list_sessions(req)
+  if not req.tenant then return fail(403, "Forbidden", "a session reference cannot list sessions") end
+  local out = array {}
+  for _, rec in pairs(sessions) do
+    if rec.tenant == req.tenant then out[#out + 1] = describe(rec, true, req) end
+  end
+  table.sort(out, function(a, b) return a.id < b.id end)
+  return reply(200, { sessions = out })
+end
+
+local RUN_BODY_KEYS = { cmd = true }
+for _, k in ipairs(options.RUN_KEYS) do RUN_BODY_KEYS[k] = true end
+
+local function start_run(req, rec)
+  local body = req.body
+  if type(body) ~= "table" or body[1] ~= nil then
+    return from_error(errors.InvalidArgument("body", "a map with cmd and run options expected"))
+  end
+  for k in pairs(body) do
+    if type(k) ~= "string" then
+      return from_error(errors.InvalidArgument("body", "option names must be strings"))
+    end
+    if not RUN_BODY_KEYS[k] then
+      return from_error(errors.InvalidArgument(tostring(k), ("unknown run option %q"):format(tostring(k))))
+    end
+  end
+  if body.cmd == nil then return from_error(errors.InvalidArgument("cmd", "cmd is required")) end
+  local opts = {}
+  for k, v in pairs(body) do if k ~= "cmd" then opts[k] = v end end
+  if opts.stdout == nil then opts.stdout = "pipe" end
+  if opts.stderr == nil then opts.stderr = "pipe" end
+  if opts.stdout == "inherit" or opts.stderr == "inherit" then
+    return from_error(errors.InvalidArgument(opts.stdout == "inherit" and "stdout" or "stderr",
+      "\"inherit\" has no meaning over the remote API"))
+  end
+  local st = rec.s._st
+  if st.closed then return fail(410, "SessionClosed", ("session %s is closed"):format(rec.s.name)) end
+  -- The same admission as on-device runs: options, ceilings and the
+  -- policy's on_run hook (a denial is a PolicyDenied answer, not a run).
+  local ok, o = pcall(st.engine.admit_run, st.engine, st, body.cmd, opts)
+  if not ok then return from_error(o) end
+  local t = tenant_rec(rec.tenant)
+  if t.runs >= cfg.max_runs then
+    local r, h = too_many("concurrent runs of tenant " .. rec.tenant, cfg.max_runs)
+    r.headers = h
+    return r
+  end
+  t.runs = t.runs + 1
+  rec.runs = rec.runs + 1
+  local finished = false
+  return { stream = {
+    backend = st.backend,
+    session_id = rec.s.id,
+    start = function()
+      if st.closed then
+        return nil, errors.SessionClosed(("session %s is closed"):format(rec.s.name))
+      end
+      local r, kind, msg = st.core:run {
+        argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
+        stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
+      }
+      if not r then
+        if kind == "SessionClosed" then
+          return nil, errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg)))
+        elseif kind == "InvalidArgument" then
+          return nil, errors.InvalidArgument("cmd", msg)
+        end
+        return nil, errors.SandboxExecutionError(("the run did not start: %s"):format(tostring(msg)), st.backend, 0)
+      end
+      return r
+    end,
+    finish = function()
+      if finished then return end
+      finished = true
+      rec.last_ms = now_ms()
+      t.runs = t.runs - 1
+      rec.runs = rec.runs - 1
+    end,
+  } }
+end
+
+local function unescape(s)
+  return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+local function file_op(req, rec, path)
+  path = unescape(path)
+  if req.method == "PUT" then
+    local data = req.raw or ""
+    if #data > rec.s._st.max_file_bytes then
+      return fail(413, "InvalidArgument", ("%d bytes is over the session's max_file_bytes (%d)"):format(
+        #data, rec.s._st.max_file_bytes), { option = "data" })
+    end
+    local ok, e = pcall(rec.s.put_bytes, rec.s, path, data)
+    if not ok then return from_error(e) end
+    return reply(200, { path = path, size = #data })
+  end
+  local ok, data = pcall(rec.s.get_bytes, rec.s, path)
+  if not ok then
+    if type(data) == "table" and data.kind == "InvalidArgument" and tostring(data.message):match("max_file_bytes")
+        or tostring(type(data) == "table" and data.message):match("larger than") then
+      local r = from_error(data)
+      r.status = 413
+      return r
+    end
+    if type(data) == "table" and data.kind == "InvalidArgument" and tostring(data.message):match("[Nn]o such file") then
+      local r = from_error(data)
+      r.status = 404
+      return r
+    end
+    return from_error(data)
+  end
+  return { status = 200, raw = data }
+end
+
+function M.reload_policy()
+  local ok, why = cfg.engine:reload()
+  if ok then
+    io.stderr:write(("sbxd: event=policy_reload ok=true generation=%d policy=%s\n")
+      :format(cfg.engine.generation or 0, tostring(cfg.policy)))
+    return true, cfg.engine.generation
+  end
+  io.stderr:write(("sbxd: event=policy_reload ok=false kept=previous why=%q\n"):format(tostring(why)))
+  return nil, why
+end
+
+local function admin_reload(req)
+  if not cfg.admin_tenant or req.tenant ~= cfg.admin_tenant then
+    return fail(403, "Forbidden", "only the admin tenant may reload the policy")
+  end
+  local ok, why = M.reload_policy()
+  if not ok then
+    return fail(422, "PolicyDenied", "the new policy did not load; the previous one stays: " .. tostring(why))
+  end
+  return reply(200, { reloaded = true, generation = why })
+end
+
+function M.handle(req)
+  local path, method = req.path, req.method
+  if path == "/v1/admin/reload-policy" then
+    if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
+    return admin_reload(req)
+  end
+  if path == "/v1/sessions" then
+    if method == "POST" then return create_session(req) end
+    if method == "GET" then return list_sessions(req) end
+    return fail(405, "MethodNotAllowed", method .. " " .. path)
+  end
+  local id, rest = path:match("^/v1/sessions/(%x+)(.*)$")
+  if not id then return fail(404, "NotFound", "no route " .. method .. " " .. path:sub(1, 200)) end
+  if rest == "" then
+    if method ~= "GET" and method ~= "DELETE" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
+    local rec, err, owner = lookup(req, id, method == "DELETE")
+    if not rec then return err end
+    if method == "GET" then return reply(200, describe(rec, owner, req)) end
+    close_rec(rec, "deleted")
+    return reply(200, { id = id, closed = true }, { log = "session=" .. id })
+  end
+  if rest == "/runs" then
+    if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
+    local rec, err = lookup(req, id, false)
+    if not rec then return err end
+    return start_run(req, rec)
+  end
+  local fpath = rest:match("^/files/(.+)$")
+  if fpath then
+    if method ~= "PUT" and method ~= "GET" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
+    local rec, err = lookup(req, id, false)
+    if not rec then return err end
+    local r = file_op(req, rec, fpath)
+    r.log = "session=" .. id
+    return r
+  end
+  return fail(404, "NotFound", "no route " .. method .. " " .. path:sub(1, 200))
+end
+
+function M.init(c)
+  cfg.policy = c.policy
+  cfg.max_sessions = c.max_sessions or 16
+  cfg.max_runs = c.max_runs or 64
+  cfg.hard_ceiling_s = c.hard_ceiling_s or 24 * 3600
+  cfg.idle_timeout_s = c.idle_timeout_s or 3600
+  cfg.endpoint = c.listen
+  cfg.admin_tenant = c.admin_tenant
+  -- The server must outlive any sandbox the OOM killer considers; without
+  -- CAP_SYS_RESOURCE this fails, and the runs' own high scores still make
+  -- them the first victims.
+  local core = require "sbx.core"
+  if core.protect_from_oom then
+    local ok, e = pcall(core.protect_from_oom)
+    if not ok or e == nil then
+      io.stderr:write("sbxd: event=oom_protect ok=false (needs CAP_SYS_RESOURCE)\n")
+    end
+  end
+  -- Fail at start, not at the first request, when the policy does not load.
+  local ok, e = pcall(policy.load, c.policy)
+  if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
+  cfg.engine = e
+  return true
+end
+
+function M.tick()
+  local now = now_ms()
+  for _, rec in pairs(sessions) do
+    if now >= rec.hard_deadline_ms then
+      close_rec(rec, "hard_ceiling")
+    elseif rec.runs == 0 and not rec.s:alive() then
+      close_rec(rec, "lifetime")
+    elseif rec.runs == 0 and cfg.idle_timeout_s > 0 and now - rec.last_ms >= cfg.idle_timeout_s * 1000 then
+      close_rec(rec, "idle")
+    end
+  end
+end
+
+function M.stats()
+  local n = 0
+  for _ in pairs(sessions) do n = n + 1 end
+  return { sessions_open = n, policy_denials = counters.policy_denials }
+end
+
+function M.shutdown()
+  for _, rec in pairs(sessions) do close_rec(rec, "shutdown") end
+end
+
+return M

@@ -1,0 +1,156 @@
+/*
+ * server.h: what the files of sbxd (the HTTP/2 remote API server) share.
+ *
+ * sbxd is one h2o evloop in one thread.  The C side (this directory) owns
+ * the sockets, TLS, bearer-token auth, body codecs, the streaming of runs
+ * and the metrics; the Lua side (lua/sbx/server/init.lua) owns the session
+ * table, tenancy, limits and every decision about options and policy, and
+ * opens sessions and runs through the same sbx.session / sbx.options code
+ * as on-device use.
+ *
+ * Files: main.c (options, Lua state, signals, loop), listen.c (TCP/unix
+ * listeners, TLS), handler.c (requests -> Lua -> responses), codec.c
+ * (JSON/msgpack <-> Lua), stream.c (runs streamed as events), auth.c
+ * (token file, constant-time compare), metrics.c, log.c.
+ */
+#ifndef SBX_SERVER_H
+#define SBX_SERVER_H
+
+#ifndef H2O_USE_LIBUV
+#define H2O_USE_LIBUV 0
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <h2o.h>
+#include <lua.h>
+
+#include "sbx.h"
+
+/* Body formats. */
+typedef enum sbx_srv_fmt {
+	SRV_FMT_JSON = 0,
+	SRV_FMT_MSGPACK,
+} sbx_srv_fmt;
+
+/* Log levels. */
+enum { SRV_LOG_ERROR = 0, SRV_LOG_WARN, SRV_LOG_INFO, SRV_LOG_DEBUG };
+
+typedef struct sbx_srv_token {
+	char *token;
+	size_t len;
+	char *tenant;
+} sbx_srv_token;
+
+/* Server-wide state: one per process. */
+typedef struct sbx_srv {
+	/* options */
+	const char *listen;
+	const char *token_file;
+	const char *policy;
+	const char *admin_tenant; /* may POST /v1/admin/reload-policy; NULL: nobody */
+	const char *tls_cert, *tls_key;
+	bool insecure;
+	int log_level;
+	uint32_t max_sessions;	 /* per tenant */
+	uint32_t max_runs;	 /* concurrent runs per tenant */
+	uint64_t hard_ceiling_s; /* session hard lifetime */
+	uint64_t idle_timeout_s; /* close sessions unused this long; 0: never */
+	size_t max_body;	 /* request body cap (bytes) */
+	uint32_t drain_grace_ms;
+
+	/* h2o */
+	h2o_globalconf_t config;
+	h2o_context_t ctx;
+	h2o_accept_ctx_t accept_ctx;
+	h2o_socket_t *listener;
+	h2o_socket_t *sigsock;
+	h2o_timeout_t zero_timeout, tick_timeout, second_timeout;
+	h2o_timeout_entry_t second_entry;
+	char *unix_path; /* unlinked at exit */
+
+	/* Lua */
+	lua_State *L;
+	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref;
+
+	/* auth */
+	sbx_srv_token *tokens;
+	size_t n_tokens;
+
+	/* lifetime */
+	bool draining;
+	uint64_t drain_deadline_ms;
+	bool done;
+	size_t active_runs;
+} sbx_srv;
+
+extern sbx_srv *sbx_srv_g;
+
+/* ---- log.c ---- */
+/* One line on stderr: "ts=... level=... " + fmt ("key=value ..."). */
+void sbx_srv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- auth.c ---- */
+/* Load "TOKEN TENANT" lines; returns 0 or -1 with err filled. */
+int sbx_srv_auth_load(sbx_srv *S, const char *path, sbx_err *err);
+/* The tenant of a bearer token (constant time over every entry), or NULL. */
+const char *sbx_srv_auth_tenant(const sbx_srv *S, const char *token, size_t len);
+/* Constant-time equality of two byte strings (time depends only on lengths). */
+bool sbx_srv_ct_equal(const char *a, size_t alen, const char *b, size_t blen);
+void sbx_srv_auth_free(sbx_srv *S);
+
+/* ---- codec.c ---- */
+/* Decode a body into a Lua value pushed on the stack; on malformed input
+ * push nothing, write why into why and return -1. */
+int sbx_srv_decode(lua_State *L, sbx_srv_fmt fmt, const char *data, size_t len, char *why,
+		   size_t whylen);
+/* Encode the Lua value at idx; returns a malloc'd buffer (caller frees) or NULL. */
+char *sbx_srv_encode(lua_State *L, int idx, sbx_srv_fmt fmt, size_t *len);
+/* Push the Lua registry's codec helpers (lua functions srv.bin etc.); none yet. */
+
+/* ---- listen.c ---- */
+int sbx_srv_listen_start(sbx_srv *S, sbx_err *err);
+void sbx_srv_listen_stop(sbx_srv *S);
+
+/* ---- handler.c ---- */
+/* Register the catch-all handler on the host config. */
+void sbx_srv_handler_register(sbx_srv *S, h2o_pathconf_t *pathconf);
+/* Send a {kind, message} error body. */
+void sbx_srv_send_error(h2o_req_t *req, int status, const char *kind, const char *msg,
+			sbx_srv_fmt fmt);
+/* Format asked by Accept (falls back to the request's content-type, then JSON). */
+sbx_srv_fmt sbx_srv_req_accept_fmt(h2o_req_t *req);
+
+/* ---- stream.c ---- */
+/* Start streaming a run for req; the Lua table at idx has start/finish
+ * functions (see lua/sbx/server/init.lua).  Always answers req. */
+void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
+/* Kill every streaming run (drain at the grace deadline). */
+void sbx_srv_stream_kill_all(sbx_srv *S);
+
+/* ---- metrics.c ---- */
+typedef struct sbx_srv_metrics {
+	uint64_t requests;
+	uint64_t auth_failures;
+	uint64_t runs_started;
+	uint64_t runs_exit, runs_signal, runs_timeout, runs_killed, runs_oom, runs_error,
+		runs_disconnected;
+	uint64_t bytes_streamed;
+	uint64_t latency_buckets[12];
+	double latency_sum;
+	uint64_t latency_count;
+	uint64_t responses_4xx, responses_5xx;
+	uint64_t resets_before_start;
+} sbx_srv_metrics;
+extern sbx_srv_metrics sbx_srv_m;
+/* Record a finished run: outcome name and seconds since its request. */
+void sbx_srv_metrics_run(const char *outcome, double seconds);
+/* Prometheus text; malloc'd. */
+char *sbx_srv_metrics_render(sbx_srv *S, size_t *len);
+
+/* monotonic ms */
+uint64_t sbx_srv_now_ms(void);
+
+#endif

@@ -1,0 +1,593 @@
+/*
+ * stream.c: one run streamed as the response of POST .../runs.
+ *
+ * The Lua layer hands over a table { start = fn, finish = fn, backend = }.
+ * The response starts at once (status 200, event content type), but the
+ * run itself starts from a 0 ms timer: frames that arrived in the same
+ * read as the request (a RST_STREAM right behind the HEADERS, as in a
+ * rapid-reset flood) are processed first, and a stream reset before the
+ * timer fires never starts a sandbox process.
+ *
+ * The run's stdout, stderr and status fds are watched on the evloop
+ * (dup'ed fds in H2O_SOCKET_FLAG_DONT_READ sockets: h2o only says they are
+ * readable; the core's sbx_run_next(timeout 0) does the reading, the
+ * stdin feeding and the status parsing).  Events are appended to a pending
+ * buffer; one h2o_send is in flight at a time, and when the pending buffer
+ * passes SRV_STREAM_CAP the pipes are no longer read (the process blocks
+ * on a full pipe) until proceed() says the client took the last chunk.
+ * A slow 100 ms tick covers stdin feeding and anything the fd watch misses.
+ *
+ * If the client goes away (stream reset, connection closed), h2o calls
+ * stop(): the run is killed at once and everything is released before the
+ * request's pool goes.  Nothing is sent after stop() or after the final
+ * chunk.
+ *
+ * Events: { type = "stdout"|"stderr", data = bytes } per chunk, then one
+ * { type = "exit", returncode, runtime_ms, backend, termination_reason,
+ * signal } or one { type = "error", kind, message, reason }.  msgpack: one
+ * map per event, data as bin.  JSON: one object per line (NDJSON), data as
+ * a string when it is UTF-8, else data_b64 (base64).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <lauxlib.h>
+#include <msgpack.h>
+
+#include "server.h"
+
+#define SRV_STREAM_CAP (256 * 1024)
+
+/*
+ * The sbx.core run userdata (src/lua/run.c) starts with the sbx_run
+ * pointer; that first member is all we read.  It is NULL once r:close()
+ * ran, which only we do while streaming.
+ */
+typedef struct lrun_head {
+	sbx_run *r;
+} lrun_head;
+
+typedef struct sbx_srv_buf {
+	char *data;
+	size_t len, cap;
+} sbx_srv_buf;
+
+typedef struct sbx_srv_run {
+	h2o_generator_t gen; /* first: h2o hands it back to us */
+	h2o_req_t *req;
+	sbx_srv *S;
+	sbx_srv_fmt fmt;
+	sbx_run *run; /* borrowed from the Lua userdata */
+	int spec_ref; /* the Lua table { start, finish, ... } */
+	int run_ref;  /* the run userdata */
+	h2o_socket_t *w_out, *w_err, *w_status;
+	h2o_timeout_entry_t start_entry, tick_entry;
+	sbx_srv_buf pending, inflight;
+	bool sending, stopped, final, final_sent, started, in_pump;
+	uint64_t t0;
+	char backend[32];
+	char sid[40];
+	struct sbx_srv_run *next, *prev; /* all live streams */
+} sbx_srv_run;
+
+static sbx_srv_run *live_runs;
+
+static void buf_append(sbx_srv_buf *b, const void *data, size_t len)
+{
+	if (b->len + len > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + len)
+			cap *= 2;
+		char *n = realloc(b->data, cap);
+		if (!n)
+			return; /* dropping output beats crashing; cannot happen at these sizes */
+		b->data = n;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+}
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *base64(const char *in, size_t len)
+{
+	char *out = malloc((len + 2) / 3 * 4 + 1), *p = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
+		if (i + 1 < len)
+			v |= (uint32_t)(unsigned char)in[i + 1] << 8;
+		if (i + 2 < len)
+			v |= (unsigned char)in[i + 2];
+		*p++ = b64chars[(v >> 18) & 63];
+		*p++ = b64chars[(v >> 12) & 63];
+		*p++ = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
+		*p++ = i + 2 < len ? b64chars[v & 63] : '=';
+	}
+	*p = '\0';
+	return out;
+}
+
+static void json_event(sbx_srv_run *sr, json_t *ev)
+{
+	char *s = json_dumps(ev, JSON_COMPACT);
+	json_decref(ev);
+	if (!s)
+		return;
+	buf_append(&sr->pending, s, strlen(s));
+	buf_append(&sr->pending, "\n", 1);
+	free(s);
+}
+
+static void mp_key(msgpack_packer *pk, const char *k)
+{
+	size_t n = strlen(k);
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, k, n);
+}
+
+static void mp_str(msgpack_packer *pk, const char *k, const char *v)
+{
+	mp_key(pk, k);
+	mp_key(pk, v);
+}
+
+static void emit_data(sbx_srv_run *sr, const char *type, const char *data, size_t len)
+{
+	sbx_srv_m.bytes_streamed += len;
+	if (sr->fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		json_t *s = json_stringn(data, len);
+		json_object_set_new(ev, "type", json_string(type));
+		if (s) {
+			json_object_set_new(ev, "data", s);
+		} else {
+			char *b = base64(data, len);
+			json_object_set_new(ev, "data_b64", json_string(b ? b : ""));
+			free(b);
+		}
+		json_event(sr, ev);
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	mp_str(&pk, "type", type);
+	mp_key(&pk, "data");
+	msgpack_pack_bin(&pk, len);
+	msgpack_pack_bin_body(&pk, data, len);
+	buf_append(&sr->pending, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static const char *term_reason(sbx_term t)
+{
+	switch (t) {
+	case SBX_TERM_EXIT:
+		return "";
+	case SBX_TERM_SIGNAL:
+		return "signal";
+	case SBX_TERM_TIMEOUT:
+		return "timeout";
+	case SBX_TERM_KILLED:
+		return "killed";
+	case SBX_TERM_OOM:
+		return "oom";
+	default:
+		return "error";
+	}
+}
+
+static void emit_exit(sbx_srv_run *sr, const sbx_run_result *res)
+{
+	if (sr->fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		json_object_set_new(ev, "type", json_string("exit"));
+		json_object_set_new(ev, "returncode", json_integer(res->returncode));
+		json_object_set_new(ev, "runtime_ms", json_integer((json_int_t)res->runtime_ms));
+		json_object_set_new(ev, "backend", json_string(sr->backend));
+		json_object_set_new(ev, "termination_reason", json_string(term_reason(res->term)));
+		if (res->signo)
+			json_object_set_new(ev, "signal", json_integer(res->signo));
+		json_event(sr, ev);
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, res->signo ? 6 : 5);
+	mp_str(&pk, "type", "exit");
+	mp_key(&pk, "returncode");
+	msgpack_pack_int(&pk, res->returncode);
+	mp_key(&pk, "runtime_ms");
+	msgpack_pack_uint64(&pk, res->runtime_ms);
+	mp_str(&pk, "backend", sr->backend);
+	mp_str(&pk, "termination_reason", term_reason(res->term));
+	if (res->signo) {
+		mp_key(&pk, "signal");
+		msgpack_pack_int(&pk, res->signo);
+	}
+	buf_append(&sr->pending, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void emit_error(sbx_srv_run *sr, const char *kind, const char *msg)
+{
+	if (sr->fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		json_object_set_new(ev, "type", json_string("error"));
+		json_object_set_new(ev, "kind", json_string(kind));
+		json_object_set_new(ev, "message", json_string(msg));
+		json_object_set_new(ev, "reason", json_string(msg));
+		json_object_set_new(ev, "backend", json_string(sr->backend));
+		json_object_set_new(ev, "returncode", json_integer(-1));
+		json_event(sr, ev);
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 6);
+	mp_str(&pk, "type", "error");
+	mp_str(&pk, "kind", kind);
+	mp_str(&pk, "message", msg);
+	mp_str(&pk, "reason", msg);
+	mp_str(&pk, "backend", sr->backend);
+	mp_key(&pk, "returncode");
+	msgpack_pack_int(&pk, -1);
+	buf_append(&sr->pending, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static void watch_close(h2o_socket_t **w)
+{
+	if (*w) {
+		h2o_socket_read_stop(*w);
+		(*w)->data = NULL;
+		h2o_socket_close(*w);
+		*w = NULL;
+	}
+}
+
+/* Call the Lua finish(outcome) and drop every reference; the run is freed. */
+static void release(sbx_srv_run *sr, const char *outcome)
+{
+	lua_State *L = sr->S->L;
+
+	if (!sr->started && sr->spec_ref != LUA_NOREF && !strcmp(outcome, "disconnected"))
+		sbx_srv_m.resets_before_start++;
+	if (h2o_timeout_is_linked(&sr->start_entry))
+		h2o_timeout_unlink(&sr->start_entry);
+	if (h2o_timeout_is_linked(&sr->tick_entry))
+		h2o_timeout_unlink(&sr->tick_entry);
+	watch_close(&sr->w_out);
+	watch_close(&sr->w_err);
+	watch_close(&sr->w_status);
+	if (sr->run_ref != LUA_NOREF) {
+		/* r:close(): kills the run if it still goes, frees it. */
+		lua_rawgeti(L, LUA_REGISTRYINDEX, sr->run_ref);
+		lua_getfield(L, -1, "close");
+		lua_insert(L, -2);
+		if (lua_pcall(L, 1, 0, 0) != 0)
+			lua_pop(L, 1);
+		luaL_unref(L, LUA_REGISTRYINDEX, sr->run_ref);
+		sr->run_ref = LUA_NOREF;
+		sr->run = NULL;
+	}
+	if (sr->spec_ref != LUA_NOREF) {
+		lua_rawgeti(L, LUA_REGISTRYINDEX, sr->spec_ref);
+		lua_getfield(L, -1, "finish");
+		if (lua_isfunction(L, -1)) {
+			lua_pushstring(L, outcome);
+			if (lua_pcall(L, 1, 0, 0) != 0) {
+				sbx_srv_log(SRV_LOG_ERROR,
+					    "event=lua_error where=finish err=\"%s\"",
+					    lua_tostring(L, -1));
+				lua_pop(L, 1);
+			}
+		} else {
+			lua_pop(L, 1);
+		}
+		lua_pop(L, 1);
+		luaL_unref(L, LUA_REGISTRYINDEX, sr->spec_ref);
+		sr->spec_ref = LUA_NOREF;
+	}
+	if (sr->started) {
+		double secs = (double)(sbx_srv_now_ms() - sr->t0) / 1000.0;
+		sbx_srv_metrics_run(outcome, secs);
+		sr->S->active_runs--;
+		sbx_srv_log(SRV_LOG_INFO, "event=run_end session=%s outcome=%s ms=%lu", sr->sid,
+			    outcome, (unsigned long)(sbx_srv_now_ms() - sr->t0));
+		sr->started = false;
+	}
+	if (sr->prev)
+		sr->prev->next = sr->next;
+	else if (live_runs == sr)
+		live_runs = sr->next;
+	if (sr->next)
+		sr->next->prev = sr->prev;
+	sr->next = sr->prev = NULL;
+}
+
+static void flush(sbx_srv_run *sr)
+{
+	h2o_iovec_t iov;
+
+	if (sr->sending || sr->stopped || sr->final_sent)
+		return;
+	if (sr->pending.len == 0 && !sr->final)
+		return;
+	/* swap pending and inflight */
+	sbx_srv_buf t = sr->inflight;
+	sr->inflight = sr->pending;
+	sr->pending = t;
+	sr->pending.len = 0;
+	iov = h2o_iovec_init(sr->inflight.data, sr->inflight.len);
+	sr->sending = true;
+	if (sr->final) {
+		/* Nothing of ours may outlive the final send: the request may go with it. */
+		sr->final_sent = true;
+		free(sr->pending.data);
+		sr->pending = (sbx_srv_buf){0};
+		h2o_send(sr->req, &iov, iov.len ? 1 : 0, H2O_SEND_STATE_FINAL);
+		return;
+	}
+	h2o_send(sr->req, &iov, 1, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+static void watch_update(sbx_srv_run *sr, bool want);
+
+/* Read what the run has, queue events, flush. */
+static void pump(sbx_srv_run *sr)
+{
+	sbx_err err;
+	sbx_event ev;
+
+	if (sr->stopped || sr->final || !sr->run || sr->in_pump)
+		return;
+	sr->in_pump = true;
+	for (;;) {
+		bool want = sr->pending.len < SRV_STREAM_CAP;
+		if (sbx_run_next(sr->run, 0, want, want, &ev, &err) != 0) {
+			emit_error(sr, "SandboxExecutionError", err.msg);
+			sr->final = true;
+			release(sr, "error");
+			break;
+		}
+		if (ev.type == SBX_EV_NONE)
+			break;
+		if (ev.type == SBX_EV_STDOUT || ev.type == SBX_EV_STDERR) {
+			emit_data(sr, ev.type == SBX_EV_STDOUT ? "stdout" : "stderr", ev.data,
+				  ev.len);
+			continue;
+		}
+		/* EXIT */
+		const sbx_run_result *res = sbx_run_result_get(sr->run);
+		const char *outcome = res->term == SBX_TERM_EXIT      ? "exit"
+				      : res->term == SBX_TERM_SIGNAL  ? "signal"
+				      : res->term == SBX_TERM_TIMEOUT ? "timeout"
+				      : res->term == SBX_TERM_KILLED  ? "killed"
+				      : res->term == SBX_TERM_OOM     ? "oom"
+								      : "error";
+		if (res->term == SBX_TERM_ERROR) {
+			const char *kind = "SandboxExecutionError";
+			char msg[300];
+			snprintf(msg, sizeof(msg), "%s",
+				 res->error[0] ? res->error : "the sandbox lost the run");
+			if (!strncmp(msg, "cwd ", 4))
+				kind = "InvalidArgument";
+			emit_error(sr, kind, msg);
+		} else {
+			emit_exit(sr, res);
+		}
+		sr->final = true;
+		release(sr, outcome);
+		break;
+	}
+	if (!sr->final)
+		watch_update(sr, sr->pending.len < SRV_STREAM_CAP);
+	sr->in_pump = false;
+	flush(sr);
+}
+
+static void on_ready(h2o_socket_t *sock, const char *err)
+{
+	sbx_srv_run *sr = sock->data;
+	(void)err;
+	if (sr)
+		pump(sr);
+}
+
+static h2o_socket_t *watch_open(sbx_srv_run *sr, int fd)
+{
+	int d;
+	h2o_socket_t *sock;
+
+	if (fd < 0 || (d = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
+		return NULL;
+	sock = h2o_evloop_socket_create(sr->S->ctx.loop, d, H2O_SOCKET_FLAG_DONT_READ);
+	sock->data = sr;
+	h2o_socket_read_start(sock, on_ready);
+	return sock;
+}
+
+/* Close watches of fds the core closed; stop/start output watches for backpressure. */
+static void watch_update(sbx_srv_run *sr, bool want)
+{
+	if (!sr->run)
+		return;
+	if (sr->w_out && sbx_run_stdout_fd(sr->run) < 0)
+		watch_close(&sr->w_out);
+	if (sr->w_err && sbx_run_stderr_fd(sr->run) < 0)
+		watch_close(&sr->w_err);
+	if (sr->w_status && sbx_run_status_fd(sr->run) < 0)
+		watch_close(&sr->w_status);
+	h2o_socket_t *outs[2] = {sr->w_out, sr->w_err};
+	for (int i = 0; i < 2; i++) {
+		if (!outs[i])
+			continue;
+		if (want && !h2o_socket_is_reading(outs[i]))
+			h2o_socket_read_start(outs[i], on_ready);
+		else if (!want && h2o_socket_is_reading(outs[i]))
+			h2o_socket_read_stop(outs[i]);
+	}
+}
+
+static void on_tick(h2o_timeout_entry_t *e)
+{
+	sbx_srv_run *sr = H2O_STRUCT_FROM_MEMBER(sbx_srv_run, tick_entry, e);
+	if (sr->stopped || sr->final)
+		return;
+	h2o_timeout_link(sr->S->ctx.loop, &sr->S->tick_timeout, &sr->tick_entry);
+	pump(sr);
+}
+
+static void on_start(h2o_timeout_entry_t *e)
+{
+	sbx_srv_run *sr = H2O_STRUCT_FROM_MEMBER(sbx_srv_run, start_entry, e);
+	lua_State *L = sr->S->L;
+	int top = lua_gettop(L);
+
+	if (sr->stopped)
+		return;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, sr->spec_ref);
+	lua_getfield(L, -1, "start");
+	if (lua_pcall(L, 0, 2, 0) != 0 || !lua_isuserdata(L, -2)) {
+		/* start() returns run, or nil and an error table { kind, message }. */
+		const char *kind = "SandboxExecutionError", *msg = "the run did not start";
+		if (lua_istable(L, -1)) {
+			lua_getfield(L, -1, "kind");
+			if (lua_isstring(L, -1))
+				kind = lua_tostring(L, -1);
+			lua_getfield(L, -2, "message");
+			if (lua_isstring(L, -1))
+				msg = lua_tostring(L, -1);
+		} else if (lua_isstring(L, -1)) {
+			msg = lua_tostring(L, -1);
+			sbx_srv_log(SRV_LOG_ERROR, "event=lua_error where=start err=\"%s\"", msg);
+			msg = "internal error starting the run";
+		}
+		emit_error(sr, kind, msg);
+		lua_settop(L, top);
+		sr->final = true;
+		release(sr, "error");
+		flush(sr);
+		return;
+	}
+	lrun_head *head = luaL_checkudata(L, -2, "sbx.core.run");
+	sr->run = head->r;
+	lua_pushvalue(L, -2);
+	sr->run_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+	lua_settop(L, top);
+	sr->started = true;
+	sr->S->active_runs++;
+	sbx_srv_m.runs_started++;
+	sbx_srv_log(SRV_LOG_INFO, "event=run_start session=%s", sr->sid);
+	sr->w_out = watch_open(sr, sbx_run_stdout_fd(sr->run));
+	sr->w_err = watch_open(sr, sbx_run_stderr_fd(sr->run));
+	sr->w_status = watch_open(sr, sbx_run_status_fd(sr->run));
+	h2o_timeout_link(sr->S->ctx.loop, &sr->S->tick_timeout, &sr->tick_entry);
+	pump(sr);
+}
+
+static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
+{
+	sbx_srv_run *sr = (sbx_srv_run *)gen;
+	(void)req;
+	sr->sending = false;
+	if (sr->stopped || sr->final_sent)
+		return;
+	sr->inflight.len = 0;
+	if (sr->final)
+		flush(sr); /* the final chunk waited for this one */
+	else
+		pump(sr);
+}
+
+static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
+{
+	sbx_srv_run *sr = (sbx_srv_run *)gen;
+	(void)req;
+	if (sr->stopped)
+		return;
+	sr->stopped = true;
+	sbx_srv_log(SRV_LOG_INFO, "event=run_stop session=%s msg=\"client went away\"", sr->sid);
+	release(sr, "disconnected");
+}
+
+/* pool destructor: buffers of a stream that ended normally. */
+static void on_dispose(void *p)
+{
+	sbx_srv_run *sr = *(sbx_srv_run **)p;
+	if (!sr->stopped)
+		release(sr, "disconnected");
+	free(sr->pending.data);
+	free(sr->inflight.data);
+	sr->pending = sr->inflight = (sbx_srv_buf){0};
+}
+
+void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid)
+{
+	lua_State *L = S->L;
+	sbx_srv_run *sr = h2o_mem_alloc_pool(&req->pool, sizeof(*sr));
+	sbx_srv_run **owner;
+
+	memset(sr, 0, sizeof(*sr));
+	sr->gen.proceed = on_proceed;
+	sr->gen.stop = on_stop;
+	sr->req = req;
+	sr->S = S;
+	sr->fmt = fmt;
+	sr->run_ref = LUA_NOREF;
+	sr->t0 = sbx_srv_now_ms();
+	snprintf(sr->sid, sizeof(sr->sid), "%s", sid);
+	lua_getfield(L, idx, "backend");
+	snprintf(sr->backend, sizeof(sr->backend), "%s",
+		 lua_isstring(L, -1) ? lua_tostring(L, -1) : "");
+	lua_pop(L, 1);
+	lua_pushvalue(L, idx);
+	sr->spec_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+	sr->start_entry.cb = on_start;
+	sr->tick_entry.cb = on_tick;
+	owner = h2o_mem_alloc_shared(&req->pool, sizeof(*owner), on_dispose);
+	*owner = sr;
+	sr->next = live_runs;
+	if (live_runs)
+		live_runs->prev = sr;
+	live_runs = sr;
+
+	req->res.status = 200;
+	req->res.reason = "OK";
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+		       fmt == SRV_FMT_MSGPACK ? "application/msgpack" : "application/x-ndjson",
+		       fmt == SRV_FMT_MSGPACK ? strlen("application/msgpack")
+					      : strlen("application/x-ndjson"));
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
+		       H2O_STRLIT("no-store"));
+	h2o_start_response(req, &sr->gen);
+	h2o_timeout_link(S->ctx.loop, &S->zero_timeout, &sr->start_entry);
+	/* Send the headers now: a client learns at once that the run was
+	 * accepted (a quiet command would otherwise keep it waiting). */
+	sr->sending = true;
+	h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+void sbx_srv_stream_kill_all(sbx_srv *S)
+{
+	(void)S;
+	for (sbx_srv_run *sr = live_runs; sr; sr = sr->next)
+		if (sr->run)
+			sbx_run_kill(sr->run, SIGKILL, NULL);
+}
