@@ -5,6 +5,7 @@
 #   make test     build build-test/ with ASan+UBSan and -Werror, run every test
 #   make bench    build, run the exec latency benchmark (tests/bench/run.sh)
 #   make format   clang-format the C sources
+#   make install  build and install under PREFIX (default /usr/local; DESTDIR works)
 #   make clean    remove the build directories
 
 BUILD      ?= build
@@ -13,13 +14,14 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE      ?= cmake
 ARGS       ?=
+PREFIX     ?= /usr/local
 
-.PHONY: all deps build run test test-build bench format clean help
+.PHONY: all deps build run test test-build bench format install clean help
 
 all: build
 
 help:
-	@sed -n '3,9s/^# //p' Makefile
+	@sed -n '3,10s/^# //p' Makefile
 
 deps:
 	@scripts/bootstrap-deps.sh
@@ -49,9 +51,23 @@ test: deps
 bench: build
 	tests/bench/run.sh $(BUILD)
 
+# The prefix is compiled in (an installed sbxlua finds lua/ and policies/
+# there), so install configures build/ with it.
+install: deps
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CMAKE) --build $(BUILD) -j$(JOBS)
+	$(CMAKE) --install $(BUILD)
+
 format:
 	@command -v clang-format >/dev/null || \
-		{ echo "make format needs clang-format: apt-get install clang-format" >&2; exit 1; }
+		{ echo "make format needs clang-# The prefix is compiled in (an installed sbxlua finds lua/ and policies/
+# there), so install configures build/ with it.
+install: deps
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
+	$(CMAKE) --build $(BUILD) -j$(JOBS)
+	$(CMAKE) --install $(BUILD)
+
+format: apt-get install clang-format" >&2; exit 1; }
 	find src tests -name '*.[ch]' -print0 | xargs -0 -r clang-format -i
 
 clean:
