@@ -33,7 +33,7 @@ M.NETWORK_MODES = { blocked = 1, allowlist = 2, open = 3 } -- value: how wide
 M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
-  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir",
+  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
 }
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
@@ -336,6 +336,11 @@ function M.session(opts, pol, ctx)
     if opts[k] ~= nil then o[k] = check_integer(k, opts[k], 1) end
   end
   if opts.gpus ~= nil then o.gpus = check_integer("gpus", opts.gpus, 0) end
+  -- Warm runs kept ready (a host-side tuning, not a ceiling).
+  if opts.warm_runs ~= nil then
+    o.warm_runs = check_integer("warm_runs", opts.warm_runs, 1)
+    if o.warm_runs > 64 then invalid("warm_runs", "at most 64, got %d", o.warm_runs) end
+  end
   if o.memory_mb and o.memory_mb < 16 then
     invalid("memory_mb", "at least 16 MiB (a sandbox needs some memory to start), got %d", o.memory_mb)
   end
@@ -441,6 +446,22 @@ local INTERPRETERS = {
   python = { "python3", "-c" },
   lua = { "luajit", "-e" },
 }
+
+-- run_code(code, opts) -> the run options of s:run_code: code must be a
+-- string, opts a table or nil; script_type defaults to "python".  Shared by
+-- on-device and remote sessions.
+function M.run_code(code, opts)
+  if type(code) ~= "string" then
+    errors.raise(errors.InvalidArgument("code", "a string of source code expected, got " .. type(code)))
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    errors.raise(errors.InvalidArgument("opts", "a table of run options expected, got " .. type(opts)))
+  end
+  local o2 = {}
+  for k, v in pairs(opts or {}) do o2[k] = v end
+  if o2.script_type == nil then o2.script_type = "python" end
+  return o2
+end
 
 -- run(cmd, opts, sess, extra_keys) -> normalized run options:
 --   { argv, env ("K=V" array), cwd, stdin, stdout, stderr, stdin_data,

@@ -32,6 +32,7 @@
 -- run (any signal given is reported, but the server always sends SIGKILL).
 
 local errors = require "sbx.errors"
+local options = require "sbx.options"
 local http = require "sbx.remote.http"
 local msgpack = require "sbx.remote.msgpack"
 
@@ -426,16 +427,7 @@ end
 
 function Session:run_code(code, opts)
   live(self)
-  if type(code) ~= "string" then
-    errors.raise(errors.InvalidArgument("code", "a string of source code expected, got " .. type(code)))
-  end
-  if opts ~= nil and type(opts) ~= "table" then
-    errors.raise(errors.InvalidArgument("opts", "a table of run options expected, got " .. type(opts)))
-  end
-  local o2 = {}
-  for k, v in pairs(opts or {}) do o2[k] = v end
-  if o2.script_type == nil then o2.script_type = "python" end
-  return exec(self, code, o2, true).stdout
+  return exec(self, code, options.run_code(code, opts), true).stdout
 end
 
 local function file_path(path)

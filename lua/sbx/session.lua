@@ -150,6 +150,7 @@ function M.open(opts)
     tmp_bytes = pol.defaults.tmp_bytes,
     shm_bytes = pol.defaults.shm_bytes,
     lifetime_ms = o.lifetime_ms,
+    warm_runs = o.warm_runs,
     -- Resource ceilings (the core's cgroup and size-capped work dir).
     memory_bytes = o.memory_mb and o.memory_mb * 1024 * 1024 or nil,
     cpu_milli = o.cpu_milli,
@@ -288,15 +289,7 @@ end
 
 function Session:run_code(code, opts)
   local st = live(self)
-  if type(code) ~= "string" then
-    errors.raise(errors.InvalidArgument("code", "a string of source code expected, got " .. type(code)))
-  end
-  if opts ~= nil and type(opts) ~= "table" then
-    errors.raise(errors.InvalidArgument("opts", "a table of run options expected, got " .. type(opts)))
-  end
-  local o2 = {}
-  for k, v in pairs(opts or {}) do o2[k] = v end
-  if o2.script_type == nil then o2.script_type = "python" end
+  local o2 = options.run_code(code, opts)
   return exec(st, code, st.engine:admit_run(st, code, o2), true).stdout
 end
 

@@ -321,12 +321,10 @@ int64_t sbx_cgroup_parse_oom_kills(const char *text)
 	return -1;
 }
 
-int64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg)
+int64_t sbx_cgroup_read_oom_kills(const char *path)
 {
 	char buf[1024];
-	if (!cg->oom_path[0])
-		return -1;
-	int fd = open(cg->oom_path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	ssize_t n = read(fd, buf, sizeof(buf) - 1);
@@ -335,6 +333,11 @@ int64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg)
 		return -1;
 	buf[n] = '\0';
 	return sbx_cgroup_parse_oom_kills(buf);
+}
+
+int64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg)
+{
+	return cg->oom_path[0] ? sbx_cgroup_read_oom_kills(cg->oom_path) : -1;
 }
 
 int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg)

@@ -133,6 +133,10 @@ int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
 		     const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err);
 /* Child side of a run (rootfs.c): per-run mounts in init's mount ns. */
 int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err);
+/* Check a policy's /etc entry name: 1 bind it, 0 skip it (passwd, group,
+ * hosts, hostname are generated; shadow, gshadow never bound), -1 with err
+ * for a name that is not plain. */
+int sbx_rootfs_etc_entry(const char *name, sbx_err *err);
 /* Is an inside path below the per-run /tmp or /dev/shm? */
 bool sbx_rootfs_is_scratch(const char *path);
 
@@ -189,6 +193,9 @@ int sbx_cgroup_attach(const sbx_cgroup *cg, pid_t pid, sbx_err *err);
 /* The "oom_kill N" counter of memory.events / memory.oom_control text. */
 int64_t sbx_cgroup_parse_oom_kills(const char *text);
 int64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg);
+/* The oom_kill count in the memory.events / memory.oom_control file at path,
+ * or -1. */
+int64_t sbx_cgroup_read_oom_kills(const char *path);
 int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg);
 /* A device rule "c MAJ:MIN rwm" (MIN may be "*": minor -1), parsed. */
 struct sbx_devrule_view {

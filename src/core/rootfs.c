@@ -158,6 +158,17 @@ static int replicate(const char *host_path, bool writable, bool must_exist, sbx_
 	return bind_mount(src, dst, writable, false, err);
 }
 
+int sbx_rootfs_etc_entry(const char *name, sbx_err *err)
+{
+	/* Policy lists names; never let one climb out of /etc. */
+	if (strchr(name, '/') || !strcmp(name, "..") || !strcmp(name, ".") || !*name)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "etc entry '%s' is not a plain name", name);
+	/* These are generated, never taken from the host. */
+	return !(!strcmp(name, "passwd") || !strcmp(name, "group") || !strcmp(name, "hosts") ||
+		 !strcmp(name, "hostname") || !strcmp(name, "shadow") || !strcmp(name, "gshadow"));
+}
+
 static int build_etc(const sbx_session_opts *opts, uid_t uid, gid_t gid, sbx_err *err)
 {
 	char path[PATH_MAX], hosts[512], passwd[512];
@@ -166,13 +177,10 @@ static int build_etc(const sbx_session_opts *opts, uid_t uid, gid_t gid, sbx_err
 	if (mkdir(NEW "/etc", 0755) != 0 && errno != EEXIST)
 		return FAIL("mkdir /etc: %s", strerror(errno));
 	for (const char *const *e = opts->etc_files; e && *e; e++) {
-		/* Policy lists names; never let one climb out of /etc. */
-		if (strchr(*e, '/') || !strcmp(*e, "..") || !strcmp(*e, ".") || !**e)
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-					   "etc entry '%s' is not a plain name", *e);
-		/* These are generated below, never taken from the host. */
-		if (!strcmp(*e, "passwd") || !strcmp(*e, "group") || !strcmp(*e, "hosts") ||
-		    !strcmp(*e, "hostname") || !strcmp(*e, "shadow") || !strcmp(*e, "gshadow"))
+		int take = sbx_rootfs_etc_entry(*e, err);
+		if (take < 0)
+			return -1;
+		if (!take)
 			continue;
 		snprintf(path, sizeof(path), "/etc/%s", *e);
 		if (replicate(path, false, false, err) < 0)

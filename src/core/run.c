@@ -82,7 +82,6 @@ static char *pack(const sbx_run_opts *o, uint32_t *argc, uint32_t *envc, size_t 
 	return buf;
 }
 
-static int64_t oom_count(const char *path);
 
 /* The child's end of one stdio stream; *ours gets the host end of a pipe. */
 static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
@@ -155,7 +154,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	/* Only sessions with a memory ceiling pay for this (one read). */
 	const char *oom = sbx_session_oom_path(s);
 	if (oom && (r->oom_path = strdup(oom)))
-		r->oom_before = oom_count(r->oom_path);
+		r->oom_before = sbx_cgroup_read_oom_kills(r->oom_path);
 	memset(&req, 0, sizeof(req));
 	payload = pack(o, &req.argc, &req.envc, &len, err);
 	if (!payload)
@@ -202,19 +201,6 @@ fail:
 	return NULL;
 }
 
-static int64_t oom_count(const char *path)
-{
-	char buf[1024];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	return sbx_cgroup_parse_oom_kills(buf);
-}
 
 /* Did the OOM killer end this run?  The kernel's counter grew while it ran
  * and the run died of SIGKILL (or a shell reported a child's: 137). */
@@ -224,10 +210,10 @@ static bool ended_by_oom(const sbx_run *r)
 		return false;
 	/* init itself was the victim: the whole run died with it. */
 	if (!r->got_exit)
-		return !r->got_error && oom_count(r->oom_path) > r->oom_before;
+		return !r->got_error && sbx_cgroup_read_oom_kills(r->oom_path) > r->oom_before;
 	bool killed = (WIFSIGNALED(r->wstatus) && WTERMSIG(r->wstatus) == SIGKILL) ||
 		      (WIFEXITED(r->wstatus) && WEXITSTATUS(r->wstatus) == 128 + SIGKILL);
-	return killed && oom_count(r->oom_path) > r->oom_before;
+	return killed && sbx_cgroup_read_oom_kills(r->oom_path) > r->oom_before;
 }
 
 /* After an OOM kill, wait (a little) until the kernel has freed the dead

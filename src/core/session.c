@@ -601,11 +601,10 @@ static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *
 	for (const char *const *d = o->system_ro; rc == 0 && d && *d; d++)
 		rc = argv_mirror(&v, &n, &cap, *d, false);
 	for (const char *const *e = o->etc_files; rc == 0 && e && *e; e++) {
-		if (strchr(*e, '/') || !strcmp(*e, "..") || !strcmp(*e, ".") || !**e)
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-					   "etc entry '%s' is not a plain name", *e);
-		if (!strcmp(*e, "passwd") || !strcmp(*e, "group") || !strcmp(*e, "hosts") ||
-		    !strcmp(*e, "hostname") || !strcmp(*e, "shadow") || !strcmp(*e, "gshadow"))
+		int take = sbx_rootfs_etc_entry(*e, err);
+		if (take < 0)
+			return -1;
+		if (!take)
 			continue;
 		snprintf(path, sizeof(path), "/etc/%s", *e);
 		rc = argv_mirror(&v, &n, &cap, path, false);
