@@ -13,13 +13,21 @@ local function marker_number()
   return "9" .. H.token()
 end
 
+-- The host's fds of the kinds sbx opens: pipes, sockets, anon inodes
+-- (pidfds, signalfds, memfds) and anything in a state or work dir.  Files
+-- the sanitizer runtime opens lazily (an ASan build reads /proc/self/maps
+-- now and then) are not sbx's and are not counted.
 local function fd_count()
   collectgarbage("collect")
   collectgarbage("collect")
-  local p = io.popen("ls /proc/" .. H.getpid() .. "/fd")
+  local p = io.popen("ls -l /proc/" .. H.getpid() .. "/fd")
   local n = 0
-  for _ in p:lines() do
-    n = n + 1
+  for line in p:lines() do
+    local target = line:match(" %-> (.*)$")
+    if target and (target:match("^pipe:") or target:match("^socket:") or target:match("^anon_inode:")
+        or target:match("^/memfd:") or target:find("/sbx", 1, true) or target:find("sandbox", 1, true)) then
+      n = n + 1
+    end
   end
   p:close()
   return n - 1 -- the pipe of this popen

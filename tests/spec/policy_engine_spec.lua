@@ -159,9 +159,11 @@ describe("sbx.policy engine", function()
     end
     assert.is_function(("").rep, "the host's string methods are back after the hook")
     assert.are.equal(("ab"):rep(3), "ababab")
+    -- A constant table is one TDUP per iteration (~200 bytes): 8 MiB comes
+    -- long before the 1M instruction budget, so this can only stop on memory.
     local e = load([[return { limits = { hook_memory_mb = 8 }, on_run = function()
       local t = {}
-      for i = 1, 1e7 do t[i] = { i, i, i } end
+      for i = 1, 1e7 do t[i] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16 } end
       return true
     end }]])
     local err = denied(e, e.run, e, RUN, CTX)

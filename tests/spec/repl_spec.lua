@@ -115,6 +115,7 @@ describe("the sbxlua REPL under tmux", function()
 
   it("keeps history across restarts", function()
     local t = term(history)
+    finally(function() t:kill() end)
     t:keys("remembered_value = 12345", "<Enter>")
     t:wait_for("sbx> remembered_value = 12345\nsbx>")
     t:keys("<C-d>")
