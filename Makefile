@@ -4,6 +4,8 @@
 #   make run      build, then the sbxlua REPL (ARGS='--session-opts {...}')
 #   make test     build build-test/ with ASan+UBSan and -Werror, run every test
 #   make bench    build, run the exec latency benchmark (tests/bench/run.sh)
+#   make fuzz     build the libFuzzer targets (tests/fuzz) into build-fuzz/, run each FUZZ_SECONDS (60)
+#   make soak     build, 10,000 runs over 50 sessions (tests/soak; SOAK_RUNS, SOAK_SESSIONS)
 #   make format   clang-format the C sources
 #   make install  build and install under PREFIX (default /usr/local; DESTDIR works)
 #   make clean    remove the build directories
@@ -16,12 +18,12 @@ CMAKE      ?= cmake
 ARGS       ?=
 PREFIX     ?= /usr/local
 
-.PHONY: all deps build run test test-build bench format install clean help
+.PHONY: all deps build run test test-build bench fuzz soak format install clean help
 
 all: build
 
 help:
-	@sed -n '3,10s/^# //p' Makefile
+	@sed -n '3,12s/^# //p' Makefile
 
 deps:
 	@scripts/bootstrap-deps.sh
@@ -51,6 +53,17 @@ test: deps
 bench: build
 	tests/bench/run.sh $(BUILD)
 
+FUZZ_BUILD    ?= build-fuzz
+FUZZ_SECONDS  ?= 60
+SOAK_RUNS     ?= 10000
+SOAK_SESSIONS ?= 50
+
+fuzz: deps
+	$(MAKE) -C tests/fuzz run OUT=$(abspath $(FUZZ_BUILD)) FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+soak: build
+	$(BUILD)/bin/sbxlua tests/soak/soak.lua $(SOAK_RUNS) $(SOAK_SESSIONS)
+
 # The prefix is compiled in (an installed sbxlua finds lua/ and policies/
 # there), so install configures build/ with it.
 install: deps
@@ -64,4 +77,4 @@ format:
 	find src tests -name '*.[ch]' -print0 | xargs -0 -r clang-format -i
 
 clean:
-	rm -rf $(BUILD) $(TEST_BUILD)
+	rm -rf $(BUILD) $(TEST_BUILD) $(FUZZ_BUILD)

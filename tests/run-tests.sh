@@ -80,6 +80,35 @@ if ((${#spec_dirs[@]})); then
 	fi
 fi
 
+# ---- fuzz smoke: each libFuzzer target for SBX_FUZZ_SMOKE_SECONDS (10) ----
+# One test per target (tests/fuzz): passed when it ran its time without a
+# crash (its committed corpus, regressions included, is replayed first).
+echo "==> fuzz smoke (tests/fuzz, ${SBX_FUZZ_SMOKE_SECONDS:-10}s each)"
+if ! command -v clang >/dev/null; then
+	echo "run-tests: clang missing, fuzz targets skipped (scripts/bootstrap-deps.sh)"
+	skipped=$((skipped + 3))
+elif ! make -s -C tests/fuzz OUT="$build/fuzz" >"$log/fuzz-build" 2>&1; then
+	cat "$log/fuzz-build"
+	broken+=("the fuzz targets did not build")
+	failed=$((failed + 1))
+else
+	for t in files codec match; do
+		scratch=$(mktemp -d "$log/fuzz-$t.XXXXXX")
+		if timeout -k 10 $((${SBX_FUZZ_SMOKE_SECONDS:-10} + 60)) "$build/fuzz/fuzz_$t" \
+			-rss_limit_mb=1024 -malloc_limit_mb=256 -max_len=4096 -timeout=10 -print_final_stats=1 \
+			-max_total_time="${SBX_FUZZ_SMOKE_SECONDS:-10}" -artifact_prefix="$scratch/" \
+			"$scratch" "tests/fuzz/corpus/$t" >"$log/fuzz-$t" 2>&1; then
+			echo "fuzz_$t: ok ($(grep -oE 'stat::number_of_executed_units: [0-9]+' "$log/fuzz-$t" | grep -oE '[0-9]+$') runs)"
+			passed=$((passed + 1))
+		else
+			tail -n 40 "$log/fuzz-$t"
+			echo "fuzz_$t: FAILED (crash input kept in build dir: $build/fuzz/)"
+			cp "$scratch"/crash-* "$scratch"/oom-* "$scratch"/timeout-* "$build/fuzz/" 2>/dev/null
+			failed=$((failed + 1))
+		fi
+	done
+fi
+
 status=0
 for b in "${broken[@]}"; do
 	echo "run-tests: $b" >&2

@@ -49,17 +49,20 @@ static int json_push(lua_State *L, json_t *v, int depth, dec_state *st)
 	switch (json_typeof(v)) {
 	case JSON_OBJECT: {
 		const char *k;
+		size_t klen;
 		json_t *e;
 		lua_newtable(L);
-		json_object_foreach(v, k, e)
+		/* keys by length: a "\u0000" in a key must not cut it short */
+		json_object_keylen_foreach(v, k, klen, e)
 		{
 			if (json_is_null(e))
 				continue;
+			lua_pushlstring(L, k, klen);
 			if (json_push(L, e, depth + 1, st) != 0) {
-				lua_pop(L, 1);
+				lua_pop(L, 2);
 				return -1;
 			}
-			lua_setfield(L, -2, k);
+			lua_rawset(L, -3);
 		}
 		return 0;
 	}
@@ -172,6 +175,95 @@ static int mp_push(lua_State *L, const msgpack_object *o, int depth, dec_state *
 	}
 }
 
+/*
+ * Walk a msgpack body's headers without allocating, before msgpack-c sees
+ * it: msgpack-c allocates a container's element array from the count in
+ * its header, so a 5-byte body declaring an array of 2^32-1 elements made
+ * it malloc 64 GiB (found by tests/fuzz/fuzz_codec).  Every element takes
+ * at least one byte, so a body whose pending elements outnumber its
+ * remaining bytes is refused here, which bounds msgpack-c's allocations by
+ * the body's length.  Returns 0, or -1 with why set.
+ */
+static int mp_precheck(const unsigned char *p, size_t len, char *why, size_t whylen)
+{
+	size_t pos = 0, pending = 1;
+
+	while (pending > 0) {
+		if (pos >= len) {
+			snprintf(why, whylen, "malformed msgpack (truncated)");
+			return -1;
+		}
+		unsigned b = p[pos++];
+		uint64_t count = 0, skip = 0;
+		int nbytes = 0, kind = 0; /* kind: 0 scalar, 1 array, 2 map */
+		pending--;
+		if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+			/* fixint, nil, bool */
+		} else if (b <= 0x8f) {
+			kind = 2, count = b & 0x0f;
+		} else if (b <= 0x9f) {
+			kind = 1, count = b & 0x0f;
+		} else if (b <= 0xbf) {
+			skip = b & 0x1f;
+		} else {
+			/* one line per header byte, as a table */
+			/* clang-format off */
+			switch (b) {
+			case 0xc4: case 0xd9: nbytes = 1; break;       /* bin8, str8 */
+			case 0xc5: case 0xda: nbytes = 2; break;       /* bin16, str16 */
+			case 0xc6: case 0xdb: nbytes = 4; break;       /* bin32, str32 */
+			case 0xc7: nbytes = 1, skip = 1; break;        /* ext8 (+type) */
+			case 0xc8: nbytes = 2, skip = 1; break;
+			case 0xc9: nbytes = 4, skip = 1; break;
+			case 0xca: skip = 4; break;
+			case 0xcb: skip = 8; break;
+			case 0xcc: case 0xd0: skip = 1; break;
+			case 0xcd: case 0xd1: skip = 2; break;
+			case 0xce: case 0xd2: skip = 4; break;
+			case 0xcf: case 0xd3: skip = 8; break;
+			case 0xd4: skip = 2; break;                    /* fixext1 */
+			case 0xd5: skip = 3; break;
+			case 0xd6: skip = 5; break;
+			case 0xd7: skip = 9; break;
+			case 0xd8: skip = 17; break;
+			case 0xdc: kind = 1, nbytes = 2; break;
+			case 0xdd: kind = 1, nbytes = 4; break;
+			case 0xde: kind = 2, nbytes = 2; break;
+			case 0xdf: kind = 2, nbytes = 4; break;
+			default:
+				snprintf(why, whylen, "malformed msgpack (byte 0x%02x)", b);
+				return -1;
+			}
+			/* clang-format on */
+		}
+		if (nbytes) {
+			if ((size_t)nbytes > len - pos) {
+				snprintf(why, whylen, "malformed msgpack (truncated)");
+				return -1;
+			}
+			uint64_t v = 0;
+			for (int i = 0; i < nbytes; i++)
+				v = (v << 8) | p[pos++];
+			if (kind)
+				count = v;
+			else
+				skip += v;
+		}
+		if (skip > len - pos) {
+			snprintf(why, whylen, "malformed msgpack (truncated)");
+			return -1;
+		}
+		pos += (size_t)skip;
+		pending += (size_t)(kind == 2 ? 2 * count : count);
+		if (pending > len - pos) {
+			snprintf(why, whylen,
+				 "malformed msgpack: declares more elements than the body holds");
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int sbx_srv_decode(lua_State *L, sbx_srv_fmt fmt, const char *data, size_t len, char *why,
 		   size_t whylen)
 {
@@ -179,7 +271,10 @@ int sbx_srv_decode(lua_State *L, sbx_srv_fmt fmt, const char *data, size_t len, 
 
 	if (fmt == SRV_FMT_JSON) {
 		json_error_t jerr;
-		json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+		/* JSON_ALLOW_NUL: "\u0000" is valid JSON, and what our own
+		 * encoder writes for a NUL byte (found by tests/fuzz/fuzz_codec) */
+		json_t *root =
+			json_loadb(data, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 		int rc;
 		if (!root) {
 			snprintf(why, whylen, "malformed JSON at line %d column %d: %s", jerr.line,
@@ -190,6 +285,8 @@ int sbx_srv_decode(lua_State *L, sbx_srv_fmt fmt, const char *data, size_t len, 
 		json_decref(root);
 		return rc;
 	}
+	if (mp_precheck((const unsigned char *)data, len, why, whylen) != 0)
+		return -1;
 	msgpack_unpacked up;
 	size_t off = 0;
 	msgpack_unpacked_init(&up);
