@@ -30,6 +30,14 @@
 -- wait, kill, done; returncode, signal, termination_reason, runtime_ms,
 -- backend).  p:kill() resets the run's HTTP/2 stream: the server kills the
 -- run (any signal given is reported, but the server always sends SIGKILL).
+--
+-- Detached runs: s:run(cmd, { detach = true }) returns a process whose
+-- p.run_id (32 hex chars) names the run on the server; the run goes on
+-- when this client goes (p:kill() or a lost connection only detach it),
+-- and s:attach_run(run_id) (from any client of the session) returns a
+-- process that gets the output kept meanwhile, then the live output and
+-- the exit.  The server keeps up to 1 MiB of events per detached run; when
+-- it dropped older ones, p.dropped_events / p.dropped_bytes say how many.
 
 local errors = require "sbx.errors"
 local options = require "sbx.options"
@@ -200,6 +208,11 @@ local function proc_feed(p, chunk, req)
         q[#q + 1] = ev.data
       elseif ev.type == "exit" or ev.type == "error" then
         p._final = ev
+      elseif ev.type == "run" and type(ev.run_id) == "string" then
+        p.run_id = ev.run_id
+      elseif ev.type == "dropped" then
+        p.dropped_events = (p.dropped_events or 0) + (tonumber(ev.events) or 0)
+        p.dropped_bytes = (p.dropped_bytes or 0) + (tonumber(ev.bytes) or 0)
       end
     end
   end
@@ -293,6 +306,19 @@ function Process:read(stream)
   end
 end
 
+-- The next output of either stream as it arrives: stream name and data,
+-- or nil at the end (the run's error, if any, is raised).
+function Process:read_any()
+  while true do
+    for _, st in ipairs { "stdout", "stderr" } do
+      local s = take(self, st)
+      if s then return st, s end
+    end
+    if self._done then raise_stored(self) return nil end
+    step(self)
+  end
+end
+
 function Process:lines(stream)
   stream = check_stream(self, stream)
   local partial, lines, head = "", {}, 1
@@ -347,9 +373,14 @@ function Process:kill(sig)
   self._tr.conn:cancel(self._req)
   self._done = true
   self.returncode = -9
+  self.runtime_ms = 0
+  if self.run_id then
+    -- A detached run goes on on the server: this client only let go.
+    self.termination_reason = "detached"
+    return true
+  end
   self.signal = 9
   self.termination_reason = "killed"
-  self.runtime_ms = 0
   local _ = sig
   return true
 end
@@ -368,6 +399,9 @@ local function start_run(s, cmd, opts)
   end
   local body = {}
   for k, v in pairs(opts or {}) do body[k] = v end
+  if body.detach ~= nil and type(body.detach) ~= "boolean" then
+    errors.raise(errors.InvalidArgument("detach", "a boolean expected, got " .. type(body.detach)))
+  end
   -- true/false are the on-device spellings of "pipe"/"null".
   for _, k in ipairs { "stdout", "stderr" } do
     if body[k] == true then body[k] = "pipe" elseif body[k] == false then body[k] = "null" end
@@ -393,11 +427,49 @@ local function start_run(s, cmd, opts)
     if p._error and (p._req.status or 0) >= 300 then errors.raise(p._error) end
     if not p._final and p._req.error then errors.raise(transport_error(p._req.error, s.backend)) end
   end
+  -- A detached run's first event names it.
+  if body.detach then
+    while not p.run_id and not p._req.done do tr.conn:pump(250) end
+    if not p.run_id then
+      step(p)
+      raise_stored(p)
+      errors.raise(transport_error("the server did not name the detached run", s.backend))
+    end
+  end
   return p
 end
 
 function Session:run(cmd, opts)
   return start_run(self, cmd, opts)
+end
+
+-- Re-attach to a detached run of this session (see the top of the file).
+function Session:attach_run(run_id)
+  local tr = live(self)
+  if type(run_id) ~= "string" or not run_id:match("^%x+$") or #run_id > 64 then
+    errors.raise(errors.InvalidArgument("run_id", "the run id of a detached run (hex) expected, got "
+      .. (type(run_id) == "string" and ("%q"):format(run_id:sub(1, 80)) or type(run_id))))
+  end
+  local p = setmetatable({
+    cmd = nil, backend = self.backend, _tr = tr, _rx = "", _done = false, run_id = run_id,
+    _chunks = { stdout = {}, stderr = {} }, _capture = { stdout = true, stderr = true },
+  }, Process)
+  p._req = tr.conn:start("GET", spath(self, "/runs/" .. run_id), nil, {
+    headers = headers(tr),
+    on_data = function(chunk, req) proc_feed(p, chunk, req) end,
+  })
+  while not p._req.done and p._req.status == nil do tr.conn:pump(250) end
+  if p._req.done or (p._req.status and p._req.status >= 300) then
+    tr.conn:wait(p._req)
+    step(p)
+    if p._req.status == 404 then
+      errors.raise(errors.InvalidArgument("run_id", ("no detached run %s in session %s (ended and read, expired, or never there)")
+        :format(run_id, self.id)))
+    end
+    if p._error and (p._req.status or 0) >= 300 then errors.raise(p._error) end
+    if not p._final and p._req.error then errors.raise(transport_error(p._req.error, self.backend)) end
+  end
+  return p
 end
 
 local function exec(s, cmd, opts, check)

@@ -4,7 +4,9 @@
 -- statement; an input that ends too early ("<eof>" in the error) continues
 -- on the next line. `=expr` prints expr. `!cmd` runs cmd in a local session
 -- opened on first use (options from `sbxlua --session-opts`) with its output
--- shown as it arrives, and closed when the REPL ends (Ctrl-D).
+-- shown as it arrives, and closed when the REPL ends (Ctrl-D).  With
+-- `sbxlua --remote URL --token-file F` that session is a remote one on the
+-- sbxd at URL (sbx.remote), the output streamed over HTTP/2.
 --
 -- Line editing, tab completion (sbx.complete) and history kept across
 -- restarts ($SBXLUA_HISTORY, default ~/.sbxlua_history) come from
@@ -97,8 +99,8 @@ end
 local Shell = {}
 Shell.__index = Shell
 
-local function new_shell(opts_expr)
-  return setmetatable({ opts_expr = opts_expr }, Shell)
+local function new_shell(opts_expr, remote, token_file)
+  return setmetatable({ opts_expr = opts_expr, remote = remote, token_file = token_file }, Shell)
 end
 
 function Shell:session()
@@ -112,7 +114,12 @@ function Shell:session()
       error("InvalidArgument: --session-opts must be a Lua table, not a " .. type(opts), 0)
     end
   end
-  self.s = require("sbx").session(opts)
+  if self.remote then
+    opts.endpoint, opts.token_file = self.remote, self.token_file
+    self.s = require("sbx.remote").session(opts)
+  else
+    self.s = require("sbx").session(opts)
+  end
   return self.s
 end
 
@@ -120,10 +127,28 @@ end
 function Shell:run(cmd)
   local s = self:session()
   io.stdout:flush() -- what we printed comes before what cmd prints
+  if self.remote then
+    -- No "inherit" over the network: the chunks are written as they come.
+    local p = s:run(cmd, { network_mode = self.net })
+    self.p = p
+    for st, data in p.read_any, p do
+      local f = st == "stderr" and io.stderr or io.stdout
+      f:write(data)
+      f:flush()
+    end
+    p:wait()
+    self.p = nil
+    return self:report(p)
+  end
   local p = s:run(cmd, { stdout = "inherit", stderr = "inherit", network_mode = self.net })
   self.p = p -- for abort() when Ctrl-C interrupts the wait
   p:wait()
   self.p = nil
+  return self:report(p)
+end
+
+-- [exit N] after a run that did not exit 0.
+function Shell:report(p)
   local rc, reason = p.returncode, p.termination_reason
   if rc ~= 0 then
     if reason and reason ~= "" and reason ~= "exit" then -- "" is an exit of its own
@@ -193,10 +218,11 @@ end
 
 --- Run the REPL until end of input.
 -- opts.session_opts: a Lua table expression, the options of the `!` session.
+-- opts.remote, opts.token_file: that session is on the sbxd at this URL.
 function M.run(opts)
   opts = opts or {}
   local read, add_history, call, interactive = make_reader()
-  local shell = new_shell(opts.session_opts)
+  local shell = new_shell(opts.session_opts, opts.remote, opts.token_file)
 
   -- The sbx module as a global, as a convenience; a broken module must not
   -- keep the REPL from starting.

@@ -41,6 +41,8 @@ struct cli {
 	bool version, help;
 	const char *session_opts;
 	const char *check_policy; /* --check-policy FILE */
+	const char *remote;	  /* --remote URL: the REPL's session is on this sbxd */
+	const char *token_file;	  /* --token-file F: its bearer token */
 };
 
 static void usage(FILE *out)
@@ -60,6 +62,9 @@ static void usage(FILE *out)
 		"  --                   stop handling options; the next argument is the script\n"
 		"  --session-opts EXPR  a Lua table expression, e.g. '{backend=\"userns\"}': the\n"
 		"                       options of the session the REPL opens at its first !cmd\n"
+		"  --remote URL         the REPL's session is a remote one on the sbxd at URL\n"
+		"                       (http://HOST:PORT, https://HOST:PORT or unix:/path)\n"
+		"  --token-file F       the bearer token for --remote (first word of F's line 1)\n"
 		"  --check-policy FILE  load the policy FILE, print the effective policy and\n"
 		"                       exit 0, or print the error (with its line) and exit 1\n"
 		"  -v, --version        print the version and exit\n"
@@ -125,6 +130,17 @@ static int parse_args(int argc, char **argv, struct cli *cli)
 			cli->session_opts = argv[i];
 		} else if (strncmp(a, "--session-opts=", 15) == 0) {
 			cli->session_opts = a + 15;
+		} else if (strcmp(a, "--remote") == 0 || strcmp(a, "--token-file") == 0) {
+			if (++i >= argc)
+				return usage_error("'%s' needs an argument", a);
+			if (a[2] == 'r')
+				cli->remote = argv[i];
+			else
+				cli->token_file = argv[i];
+		} else if (strncmp(a, "--remote=", 9) == 0) {
+			cli->remote = a + 9;
+		} else if (strncmp(a, "--token-file=", 13) == 0) {
+			cli->token_file = a + 13;
 		} else if (strcmp(a, "--check-policy") == 0) {
 			if (++i >= argc)
 				return usage_error("'%s' needs an argument", a);
@@ -135,6 +151,10 @@ static int parse_args(int argc, char **argv, struct cli *cli)
 			return usage_error("unknown option '%s'", a);
 		}
 	}
+	if (cli->remote && !cli->token_file)
+		return usage_error("'%s' needs --token-file", "--remote");
+	if (cli->token_file && !cli->remote)
+		return usage_error("'%s' needs --remote", "--token-file");
 	return 0;
 }
 
@@ -292,7 +312,8 @@ static int run_chunks(lua_State *L, int argc, char **argv, int script)
 		const char *a = argv[i];
 		const char *val;
 
-		if (strcmp(a, "--session-opts") == 0 || strcmp(a, "--check-policy") == 0) {
+		if (strcmp(a, "--session-opts") == 0 || strcmp(a, "--check-policy") == 0 ||
+		    strcmp(a, "--remote") == 0 || strcmp(a, "--token-file") == 0) {
 			i++;
 			continue;
 		}
@@ -325,7 +346,7 @@ static int run_script(lua_State *L, int argc, char **argv, int script)
 }
 
 /* The REPL lives in lua/sbx/repl.lua; it protects each line itself. */
-static int run_repl(lua_State *L, const char *session_opts)
+static int run_repl(lua_State *L, const char *session_opts, const struct cli *cli)
 {
 	int base;
 	int status;
@@ -336,10 +357,16 @@ static int run_repl(lua_State *L, const char *session_opts)
 		return 1;
 	lua_getfield(L, -1, "run");
 	lua_remove(L, -2);
-	lua_createtable(L, 0, 2);
+	lua_createtable(L, 0, 4);
 	if (session_opts) {
 		lua_pushstring(L, session_opts);
 		lua_setfield(L, -2, "session_opts");
+	}
+	if (cli->remote) {
+		lua_pushstring(L, cli->remote);
+		lua_setfield(L, -2, "remote");
+		lua_pushstring(L, cli->token_file);
+		lua_setfield(L, -2, "token_file");
 	}
 	lua_pushstring(L, progname);
 	lua_setfield(L, -2, "progname");
@@ -423,10 +450,10 @@ int main(int argc, char **argv)
 		status = run_script(L, argc, argv, cli.script);
 	if (status == 0) {
 		if (cli.interactive) {
-			status = run_repl(L, cli.session_opts);
+			status = run_repl(L, cli.session_opts, &cli);
 		} else if (!cli.script && !cli.has_chunks) {
 			if (isatty(STDIN_FILENO))
-				status = run_repl(L, cli.session_opts);
+				status = run_repl(L, cli.session_opts, &cli);
 			else
 				status = run_chunk(L, luaL_loadfile(L, NULL));
 		}

@@ -115,6 +115,7 @@ struct sbx_zygote_cfg {
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
 	uint64_t lifetime_ms;
+	uint32_t warm_runs;        /* offers kept outstanding (>= 1) */
 	uid_t uid;                 /* the workload's uid/gid (as seen by init) */
 	gid_t gid;
 	uint64_t nofile;           /* RLIMIT_NOFILE of the workload */

@@ -89,7 +89,13 @@ typedef struct sbx_session_opts {
 	const char *gpu_dev_dir;    /* where the nvidia* nodes are; NULL: /dev */
 	const char *const *gpu_paths; /* driver files bound read-only (NULL-terminated) */
 	bool gpu_shared;            /* may share a GPU with another session */
+	/* Warm runs the zygote keeps offered ahead of time (each an idle
+	 * init + workload); more serve concurrent starts without waiting.
+	 * 0: 1; at most SBX_MAX_WARM_RUNS. */
+	uint32_t warm_runs;
 } sbx_session_opts;
+
+#define SBX_MAX_WARM_RUNS 64
 
 typedef struct sbx_session sbx_session;
 

@@ -505,6 +505,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.tmp_bytes = o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES;
 	cfg.shm_bytes = o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES;
 	cfg.lifetime_ms = o->lifetime_ms;
+	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
 	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
 	cfg.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
@@ -634,6 +635,9 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 {
 	if (!o->backend)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "backend: required");
+	if (o->warm_runs > SBX_MAX_WARM_RUNS)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "warm_runs: at most %d, got %u",
+				   SBX_MAX_WARM_RUNS, o->warm_runs);
 	snprintf(s->backend, sizeof(s->backend), "%.15s", o->backend);
 	if (!strcmp(o->backend, "userns"))
 		;

@@ -3,13 +3,14 @@
  *
  * Building namespaces and a root filesystem costs milliseconds; forking a
  * process that already sits inside them costs tens of microseconds.  The
- * zygote is that process.  It keeps one run ready ahead of time: an
+ * zygote is that process.  It keeps runs ready ahead of time: each an
  * sbx-init in a fresh PID + mount namespace whose mounts are made and whose
  * workload has already dropped every privilege.  It offers that warm init
  * to the host (its pidfd and the socket the request goes to), and starts
- * the next one when the host says it took the offer, so the zygote is off
- * the path of a run.  It reaps what exits, and ends when the host closes
- * the control socket, dies, or the session's lifetime passes; as PID 1 of
+ * the next one when the host says it took an offer (warm_runs of them
+ * stay outstanding), so the zygote is off the path of a run.  It reaps
+ * what exits, and ends when the host closes the control socket, dies, or
+ * the session's lifetime passes; as PID 1 of
  * the session's PID namespace its end is the end of every process in it.
  */
 #define _GNU_SOURCE
@@ -120,7 +121,10 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 	sigaddset(&mask, SIGCHLD);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
-	warm_offer(cfg);
+	/* Each offer the host takes asks for one more, so as many stay
+	 * outstanding as were made here. */
+	for (uint32_t i = 0; i < cfg->warm_runs; i++)
+		warm_offer(cfg);
 	for (;;) {
 		struct pollfd pfd[2] = {{cfg->ctl_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
 		int timeout = -1;

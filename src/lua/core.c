@@ -42,7 +42,7 @@ static const char *const session_fields[] = {
 	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
 	"seccomp_deny", "host_uid", "tmp_bytes", "shm_bytes", "lifetime_ms", "memory_bytes",
 	"cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile", "fsize_bytes", "run_uid",
-	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", NULL,
+	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", "warm_runs", NULL,
 };
 
 static const char *const bind_fields[] = { "path", "writable", NULL };
@@ -126,6 +126,7 @@ static int l_session_open(lua_State *L)
 	o.gpu_dev_dir = lsbx_opt_string(L, 1, "gpu_dev_dir");
 	o.gpu_paths = lsbx_opt_strv(L, 1, "gpu_paths", false, NULL);
 	o.gpu_shared = lsbx_opt_bool(L, 1, "gpu_shared", false);
+	o.warm_runs = (uint32_t)lsbx_opt_int(L, 1, "warm_runs", 0, SBX_MAX_WARM_RUNS, 0);
 
 	/* The userdata exists before the session does, so that no Lua error
 	 * (out of memory) can come between opening and owning it. */

@@ -329,6 +329,21 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		return 0;
 	}
 	lua_pop(L, 1);
+	lua_getfield(L, -1, "stream_attach");
+	if (lua_istable(L, -1)) {
+		char sid[64] = "", rid[64] = "";
+		lua_getfield(L, -1, "session_id");
+		if (lua_isstring(L, -1))
+			snprintf(sid, sizeof(sid), "%s", lua_tostring(L, -1));
+		lua_getfield(L, -2, "run_id");
+		if (lua_isstring(L, -1))
+			snprintf(rid, sizeof(rid), "%s", lua_tostring(L, -1));
+		lua_settop(L, top);
+		sbx_srv_stream_attach(S, req, sid, rid, out);
+		log_req(req, 200, tenant, t0, "stream=attach");
+		return 0;
+	}
+	lua_pop(L, 1);
 	char extra[128] = "";
 	lua_getfield(L, -1, "log");
 	if (lua_isstring(L, -1))

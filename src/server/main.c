@@ -6,7 +6,7 @@
  *        [--insecure] [--log-level error|warn|info|debug]
  *        [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]
  *        [--max-body BYTES] [--drain-grace-ms MS] [--idle-timeout-s S]
- *        [--admin-tenant NAME]
+ *        [--admin-tenant NAME] [--warm-runs N]
  *
  * Sets up the embedded LuaJIT (sbx.core and sbx.paths preloaded, like
  * sbxlua), the Lua orchestration layer (sbx.server), h2o's evloop, the
@@ -41,7 +41,7 @@ static void usage(FILE *f)
 		   "            [--tls-cert CERT --tls-key KEY] [--insecure] [--log-level LEVEL]\n"
 		   "            [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]\n"
 		   "            [--max-body BYTES] [--drain-grace-ms MS] [--idle-timeout-s S]\n"
-		   "            [--admin-tenant NAME]\n");
+		   "            [--admin-tenant NAME] [--warm-runs N]\n");
 }
 
 /* sbx.paths and lua/ on package.path as sbxlua has them; sbx.core preloaded. */
@@ -81,13 +81,15 @@ static int lua_start(sbx_srv *S)
 		return -1;
 	}
 	lua_getfield(L, -1, "init");
-	lua_createtable(L, 0, 6);
+	lua_createtable(L, 0, 8);
 	lua_pushstring(L, S->policy);
 	lua_setfield(L, -2, "policy");
 	lua_pushnumber(L, S->max_sessions);
 	lua_setfield(L, -2, "max_sessions");
 	lua_pushnumber(L, S->max_runs);
 	lua_setfield(L, -2, "max_runs");
+	lua_pushnumber(L, S->warm_runs);
+	lua_setfield(L, -2, "warm_runs");
 	lua_pushnumber(L, (lua_Number)S->hard_ceiling_s);
 	lua_setfield(L, -2, "hard_ceiling_s");
 	lua_pushnumber(L, (lua_Number)S->idle_timeout_s);
@@ -133,6 +135,7 @@ static void on_second(h2o_timeout_entry_t *e)
 	sbx_srv *S = sbx_srv_g;
 	(void)e;
 	call_lua(S, S->tick_ref, "tick");
+	sbx_srv_stream_gc(S);
 	if (S->draining) {
 		if (S->active_runs > 0 && sbx_srv_now_ms() >= S->drain_deadline_ms) {
 			sbx_srv_log(SRV_LOG_WARN,
@@ -212,6 +215,7 @@ int main(int argc, char **argv)
 		{"drain-grace-ms", required_argument, 0, 'G'},
 		{"idle-timeout-s", required_argument, 0, 'I'},
 		{"admin-tenant", required_argument, 0, 'A'},
+		{"warm-runs", required_argument, 0, 'W'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
@@ -224,6 +228,7 @@ int main(int argc, char **argv)
 	S.log_level = SRV_LOG_INFO;
 	S.max_sessions = 16;
 	S.max_runs = 64;
+	S.warm_runs = 1;
 	S.hard_ceiling_s = 24 * 3600;
 	S.max_body = 32 * 1024 * 1024;
 	S.drain_grace_ms = 10000;
@@ -274,6 +279,9 @@ int main(int argc, char **argv)
 			break;
 		case 'R':
 			S.max_runs = (uint32_t)num_arg("--max-runs", optarg, 1, 100000, &bad);
+			break;
+		case 'W':
+			S.warm_runs = (uint32_t)num_arg("--warm-runs", optarg, 1, 64, &bad);
 			break;
 		case 'H':
 			S.hard_ceiling_s =
@@ -350,6 +358,7 @@ int main(int argc, char **argv)
 	while (!S.done)
 		h2o_evloop_run(S.ctx.loop, INT32_MAX);
 	sbx_srv_log(SRV_LOG_INFO, "event=exit");
+	sbx_srv_stream_free_all(&S);
 	sbx_srv_listen_stop(&S);
 	sbx_srv_auth_free(&S);
 	return 0;

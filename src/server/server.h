@@ -56,6 +56,7 @@ typedef struct sbx_srv {
 	int log_level;
 	uint32_t max_sessions;	 /* per tenant */
 	uint32_t max_runs;	 /* concurrent runs per tenant */
+	uint32_t warm_runs;	 /* warm runs each session keeps ready */
 	uint64_t hard_ceiling_s; /* session hard lifetime */
 	uint64_t idle_timeout_s; /* close sessions unused this long; 0: never */
 	size_t max_body;	 /* request body cap (bytes) */
@@ -127,6 +128,14 @@ sbx_srv_fmt sbx_srv_req_accept_fmt(h2o_req_t *req);
 /* Start streaming a run for req; the Lua table at idx has start/finish
  * functions (see lua/sbx/server/init.lua).  Always answers req. */
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
+/* Re-attach req to the detached run run_id of session sid (or answer
+ * 404/409).  Always answers req. */
+void sbx_srv_stream_attach(sbx_srv *S, h2o_req_t *req, const char *sid, const char *run_id,
+			   sbx_srv_fmt fmt);
+/* Free detached records that ended unread long ago (once a second). */
+void sbx_srv_stream_gc(sbx_srv *S);
+/* At exit: kill and free the detached records no client holds. */
+void sbx_srv_stream_free_all(sbx_srv *S);
 /* Kill every streaming run (drain at the grace deadline). */
 void sbx_srv_stream_kill_all(sbx_srv *S);
 

@@ -22,6 +22,17 @@
  * request's pool goes.  Nothing is sent after stop() or after the final
  * chunk.
  *
+ * Detached runs (the request said detach = true) are kept when the client
+ * goes: the stream gets a run id (128 random bits; the x-sbx-run-id header
+ * and a first { type = "run", run_id } event), goes on reading the pipes
+ * into its buffer (at most SRV_DETACH_CAP bytes of events, the oldest
+ * dropped; the next client gets a { type = "dropped", events, bytes }
+ * marker first) and can be re-attached by GET .../runs/{run_id}: buffered
+ * events, then live ones and the exit event.  A record ends when its final
+ * event reached a client, or SRV_KEEP_MS after the run ended unread.  So a
+ * record lives on the heap, apart from any request: req is the client
+ * attached now, or NULL.
+ *
  * Events: { type = "stdout"|"stderr", data = bytes } per chunk, then one
  * { type = "exit", returncode, runtime_ms, backend, termination_reason,
  * signal } or one { type = "error", kind, message, reason }.  msgpack: one
@@ -34,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -43,6 +55,9 @@
 #include "server.h"
 
 #define SRV_STREAM_CAP (256 * 1024)
+#define SRV_DETACH_CAP (1024 * 1024) /* events kept for an absent client */
+#define SRV_KEEP_MS (300 * 1000)     /* an ended, unread detached run */
+#define SRV_KEEP_MAX 256             /* detached records at once */
 
 /*
  * The sbx.core run userdata (src/lua/run.c) starts with the sbx_run
@@ -74,9 +89,21 @@ typedef struct sbx_srv_run {
 	char backend[32];
 	char sid[40];
 	struct sbx_srv_run *next, *prev; /* all live streams */
+	/* the client now attached: its pool's pointer to us (cleared when it goes) */
+	struct sbx_srv_run **owner;
+	/* detach = true */
+	bool detach;
+	char run_id[33];
+	uint32_t *ev_len; /* lengths of the events in pending, oldest first */
+	size_t n_ev, cap_ev;
+	uint64_t dropped_events, dropped_bytes;
+	uint64_t ended_ms; /* when the run ended (0: still going) */
+	struct sbx_srv_run *knext, *kprev; /* all detached records */
 } sbx_srv_run;
 
 static sbx_srv_run *live_runs;
+static sbx_srv_run *kept_runs;
+static size_t n_kept;
 
 static void buf_append(sbx_srv_buf *b, const void *data, size_t len)
 {
@@ -116,14 +143,57 @@ static char *base64(const char *in, size_t len)
 	return out;
 }
 
+/* Drop the oldest events of an absent client's buffer beyond the cap. */
+static void drop_oldest(sbx_srv_run *sr)
+{
+	size_t off = 0, k = 0;
+
+	while (sr->pending.len - off > SRV_DETACH_CAP && k + 1 < sr->n_ev) {
+		off += sr->ev_len[k++];
+		sr->dropped_events++;
+	}
+	if (k == 0)
+		return;
+	sr->dropped_bytes += off;
+	memmove(sr->pending.data, sr->pending.data + off, sr->pending.len - off);
+	sr->pending.len -= off;
+	memmove(sr->ev_len, sr->ev_len + k, (sr->n_ev - k) * sizeof(*sr->ev_len));
+	sr->n_ev -= k;
+}
+
+/* Queue one encoded event. */
+static void push_event(sbx_srv_run *sr, const void *data, size_t len)
+{
+	buf_append(&sr->pending, data, len);
+	if (!sr->detach)
+		return;
+	if (sr->n_ev == sr->cap_ev) {
+		size_t cap = sr->cap_ev ? sr->cap_ev * 2 : 64;
+		uint32_t *n = realloc(sr->ev_len, cap * sizeof(*n));
+		if (!n)
+			return;
+		sr->ev_len = n;
+		sr->cap_ev = cap;
+	}
+	sr->ev_len[sr->n_ev++] = (uint32_t)len;
+	if (!sr->req)
+		drop_oldest(sr);
+}
+
 static void json_event(sbx_srv_run *sr, json_t *ev)
 {
 	char *s = json_dumps(ev, JSON_COMPACT);
 	json_decref(ev);
 	if (!s)
 		return;
-	buf_append(&sr->pending, s, strlen(s));
-	buf_append(&sr->pending, "\n", 1);
+	size_t n = strlen(s);
+	char *line = malloc(n + 1);
+	if (line) {
+		memcpy(line, s, n);
+		line[n] = '\n';
+		push_event(sr, line, n + 1);
+		free(line);
+	}
 	free(s);
 }
 
@@ -166,7 +236,7 @@ static void emit_data(sbx_srv_run *sr, const char *type, const char *data, size_
 	mp_key(&pk, "data");
 	msgpack_pack_bin(&pk, len);
 	msgpack_pack_bin_body(&pk, data, len);
-	buf_append(&sr->pending, sb.data, sb.size);
+	push_event(sr, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
 }
 
@@ -218,7 +288,7 @@ static void emit_exit(sbx_srv_run *sr, const sbx_run_result *res)
 		mp_key(&pk, "signal");
 		msgpack_pack_int(&pk, res->signo);
 	}
-	buf_append(&sr->pending, sb.data, sb.size);
+	push_event(sr, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
 }
 
@@ -247,7 +317,59 @@ static void emit_error(sbx_srv_run *sr, const char *kind, const char *msg)
 	mp_str(&pk, "backend", sr->backend);
 	mp_key(&pk, "returncode");
 	msgpack_pack_int(&pk, -1);
-	buf_append(&sr->pending, sb.data, sb.size);
+	push_event(sr, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* { type = "run", run_id }: the first event of a detached run. */
+static void emit_run_id(sbx_srv_run *sr)
+{
+	if (sr->fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		json_object_set_new(ev, "type", json_string("run"));
+		json_object_set_new(ev, "run_id", json_string(sr->run_id));
+		json_event(sr, ev);
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	mp_str(&pk, "type", "run");
+	mp_str(&pk, "run_id", sr->run_id);
+	push_event(sr, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* { type = "dropped", events, bytes }: what an absent client lost. */
+static void encode_dropped(sbx_srv_run *sr, sbx_srv_buf *out)
+{
+	if (sr->fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		json_object_set_new(ev, "type", json_string("dropped"));
+		json_object_set_new(ev, "events", json_integer((json_int_t)sr->dropped_events));
+		json_object_set_new(ev, "bytes", json_integer((json_int_t)sr->dropped_bytes));
+		char *s = json_dumps(ev, JSON_COMPACT);
+		json_decref(ev);
+		if (s) {
+			buf_append(out, s, strlen(s));
+			buf_append(out, "\n", 1);
+			free(s);
+		}
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 3);
+	mp_str(&pk, "type", "dropped");
+	mp_key(&pk, "events");
+	msgpack_pack_uint64(&pk, sr->dropped_events);
+	mp_key(&pk, "bytes");
+	msgpack_pack_uint64(&pk, sr->dropped_bytes);
+	buf_append(out, sb.data, sb.size);
 	msgpack_sbuffer_destroy(&sb);
 }
 
@@ -304,6 +426,8 @@ static void release(sbx_srv_run *sr, const char *outcome)
 		luaL_unref(L, LUA_REGISTRYINDEX, sr->spec_ref);
 		sr->spec_ref = LUA_NOREF;
 	}
+	if (sr->detach && !sr->ended_ms)
+		sr->ended_ms = sbx_srv_now_ms();
 	if (sr->started) {
 		double secs = (double)(sbx_srv_now_ms() - sr->t0) / 1000.0;
 		sbx_srv_metrics_run(outcome, secs);
@@ -325,7 +449,7 @@ static void flush(sbx_srv_run *sr)
 {
 	h2o_iovec_t iov;
 
-	if (sr->sending || sr->stopped || sr->final_sent)
+	if (sr->sending || sr->stopped || sr->final_sent || !sr->req)
 		return;
 	if (sr->pending.len == 0 && !sr->final)
 		return;
@@ -334,6 +458,7 @@ static void flush(sbx_srv_run *sr)
 	sr->inflight = sr->pending;
 	sr->pending = t;
 	sr->pending.len = 0;
+	sr->n_ev = 0;
 	iov = h2o_iovec_init(sr->inflight.data, sr->inflight.len);
 	sr->sending = true;
 	if (sr->final) {
@@ -359,7 +484,8 @@ static void pump(sbx_srv_run *sr)
 		return;
 	sr->in_pump = true;
 	for (;;) {
-		bool want = sr->pending.len < SRV_STREAM_CAP;
+		/* An absent client's buffer drops its oldest events instead. */
+		bool want = !sr->req || sr->pending.len < SRV_STREAM_CAP;
 		if (sbx_run_next(sr->run, 0, want, want, &ev, &err) != 0) {
 			emit_error(sr, "SandboxExecutionError", err.msg);
 			sr->final = true;
@@ -397,7 +523,7 @@ static void pump(sbx_srv_run *sr)
 		break;
 	}
 	if (!sr->final)
-		watch_update(sr, sr->pending.len < SRV_STREAM_CAP);
+		watch_update(sr, !sr->req || sr->pending.len < SRV_STREAM_CAP);
 	sr->in_pump = false;
 	flush(sr);
 }
@@ -516,35 +642,154 @@ static void on_proceed(h2o_generator_t *gen, h2o_req_t *req)
 		pump(sr);
 }
 
+static void record_free(sbx_srv_run *sr)
+{
+	if (sr->detach) {
+		if (sr->kprev)
+			sr->kprev->knext = sr->knext;
+		else if (kept_runs == sr)
+			kept_runs = sr->knext;
+		if (sr->knext)
+			sr->knext->kprev = sr->kprev;
+		n_kept--;
+	}
+	free(sr->pending.data);
+	free(sr->inflight.data);
+	free(sr->ev_len);
+	free(sr);
+}
+
+/*
+ * The attached client is gone (stream reset, connection closed, or the
+ * request done).  A run that is not detached (or has not started yet)
+ * is killed and its record freed; a detached one goes on without a
+ * client.  A record whose final event was sent is freed.
+ */
+static void client_gone(sbx_srv_run *sr, bool reset)
+{
+	if (sr->owner) {
+		*sr->owner = NULL;
+		sr->owner = NULL;
+	}
+	sr->req = NULL;
+	sr->sending = false;
+	if (sr->final_sent) {
+		record_free(sr);
+		return;
+	}
+	if (!sr->detach || (!sr->started && !sr->final)) {
+		if (!sr->stopped) {
+			sr->stopped = true;
+			if (reset)
+				sbx_srv_log(SRV_LOG_INFO,
+					    "event=run_stop session=%s msg=\"client went away\"",
+					    sr->sid);
+			release(sr, "disconnected");
+		}
+		record_free(sr);
+		return;
+	}
+	/* What was in flight to the departed client is lost with it. */
+	sr->inflight.len = 0;
+	sbx_srv_log(SRV_LOG_INFO, "event=run_detached session=%s run=%s", sr->sid, sr->run_id);
+	if (!sr->final) {
+		drop_oldest(sr);
+		watch_update(sr, true);
+	}
+}
+
 static void on_stop(h2o_generator_t *gen, h2o_req_t *req)
 {
 	sbx_srv_run *sr = (sbx_srv_run *)gen;
 	(void)req;
-	if (sr->stopped)
-		return;
-	sr->stopped = true;
-	sbx_srv_log(SRV_LOG_INFO, "event=run_stop session=%s msg=\"client went away\"", sr->sid);
-	release(sr, "disconnected");
+	client_gone(sr, true);
 }
 
-/* pool destructor: buffers of a stream that ended normally. */
+/* pool destructor: the request is going. */
 static void on_dispose(void *p)
 {
 	sbx_srv_run *sr = *(sbx_srv_run **)p;
-	if (!sr->stopped)
-		release(sr, "disconnected");
-	free(sr->pending.data);
-	free(sr->inflight.data);
-	sr->pending = sr->inflight = (sbx_srv_buf){0};
+	if (sr)
+		client_gone(sr, false);
+}
+
+static void start_headers(sbx_srv_run *sr, h2o_req_t *req)
+{
+	req->res.status = 200;
+	req->res.reason = "OK";
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+		       sr->fmt == SRV_FMT_MSGPACK ? "application/msgpack" : "application/x-ndjson",
+		       sr->fmt == SRV_FMT_MSGPACK ? strlen("application/msgpack")
+						  : strlen("application/x-ndjson"));
+	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
+		       H2O_STRLIT("no-store"));
+	if (sr->detach)
+		h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sbx-run-id"), 0,
+				      NULL, h2o_strdup(&req->pool, sr->run_id, 32).base, 32);
+	h2o_start_response(req, &sr->gen);
+}
+
+/* Make sr the generator of req; its pool's destructor tells us when it goes. */
+static void attach_req(sbx_srv_run *sr, h2o_req_t *req)
+{
+	sbx_srv_run **owner = h2o_mem_alloc_shared(&req->pool, sizeof(*owner), on_dispose);
+	*owner = sr;
+	sr->owner = owner;
+	sr->req = req;
+}
+
+/* The oldest ended, unattached detached record, or NULL. */
+static sbx_srv_run *oldest_ended(void)
+{
+	sbx_srv_run *found = NULL;
+	for (sbx_srv_run *k = kept_runs; k; k = k->knext)
+		if (!k->req && k->ended_ms && (!found || k->ended_ms <= found->ended_ms))
+			found = k;
+	return found;
 }
 
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid)
 {
 	lua_State *L = S->L;
-	sbx_srv_run *sr = h2o_mem_alloc_pool(&req->pool, sizeof(*sr));
-	sbx_srv_run **owner;
+	sbx_srv_run *sr = calloc(1, sizeof(*sr));
+	unsigned char rnd[16];
 
-	memset(sr, 0, sizeof(*sr));
+	if (!sr) {
+		sbx_srv_send_error(req, 503, "SandboxExecutionError", "out of memory", fmt);
+		return;
+	}
+	lua_getfield(L, idx, "detach");
+	sr->detach = lua_toboolean(L, -1);
+	lua_pop(L, 1);
+	if (sr->detach) {
+		if (n_kept >= SRV_KEEP_MAX && oldest_ended())
+			record_free(oldest_ended());
+		if (n_kept >= SRV_KEEP_MAX ||
+		    getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+			/* Lua counted the run: give it back. */
+			lua_getfield(L, idx, "finish");
+			if (lua_isfunction(L, -1)) {
+				lua_pushstring(L, "error");
+				if (lua_pcall(L, 1, 0, 0) != 0)
+					lua_pop(L, 1);
+			} else {
+				lua_pop(L, 1);
+			}
+			free(sr);
+			h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL,
+				       H2O_STRLIT("5"));
+			sbx_srv_send_error(req, 429, "TooManyRequests",
+					   "too many detached runs kept on this server", fmt);
+			return;
+		}
+		for (int i = 0; i < 16; i++)
+			snprintf(sr->run_id + 2 * i, 3, "%02x", rnd[i]);
+		sr->knext = kept_runs;
+		if (kept_runs)
+			kept_runs->kprev = sr;
+		kept_runs = sr;
+		n_kept++;
+	}
 	sr->gen.proceed = on_proceed;
 	sr->gen.stop = on_stop;
 	sr->req = req;
@@ -561,27 +806,112 @@ void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, 
 	sr->spec_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	sr->start_entry.cb = on_start;
 	sr->tick_entry.cb = on_tick;
-	owner = h2o_mem_alloc_shared(&req->pool, sizeof(*owner), on_dispose);
-	*owner = sr;
+	attach_req(sr, req);
 	sr->next = live_runs;
 	if (live_runs)
 		live_runs->prev = sr;
 	live_runs = sr;
-
-	req->res.status = 200;
-	req->res.reason = "OK";
-	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-		       fmt == SRV_FMT_MSGPACK ? "application/msgpack" : "application/x-ndjson",
-		       fmt == SRV_FMT_MSGPACK ? strlen("application/msgpack")
-					      : strlen("application/x-ndjson"));
-	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
-		       H2O_STRLIT("no-store"));
-	h2o_start_response(req, &sr->gen);
+	if (sr->detach) {
+		emit_run_id(sr);
+		sbx_srv_log(SRV_LOG_INFO, "event=run_detachable session=%s run=%s", sr->sid,
+			    sr->run_id);
+	}
+	start_headers(sr, req);
 	h2o_timeout_link(S->ctx.loop, &S->zero_timeout, &sr->start_entry);
 	/* Send the headers now: a client learns at once that the run was
 	 * accepted (a quiet command would otherwise keep it waiting). */
 	sr->sending = true;
 	h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+void sbx_srv_stream_attach(sbx_srv *S, h2o_req_t *req, const char *sid, const char *run_id,
+			   sbx_srv_fmt fmt)
+{
+	sbx_srv_run *sr = NULL;
+
+	for (sbx_srv_run *k = kept_runs; k; k = k->knext)
+		if (!strcmp(k->sid, sid) &&
+		    sbx_srv_ct_equal(k->run_id, strlen(k->run_id), run_id, strlen(run_id)))
+			sr = k;
+	if (!sr || sr->final_sent) {
+		sbx_srv_send_error(req, 404, "NotFound",
+				   "no detached run with that id in this session (or it was read to "
+				   "its end, or expired)",
+				   fmt);
+		return;
+	}
+	/* The events are kept encoded as the run was started; an Accept
+	 * that names only the other format cannot be served. */
+	ssize_t ai = h2o_find_header(&req->headers, H2O_TOKEN_ACCEPT, -1);
+	if (ai >= 0) {
+		h2o_iovec_t a = req->headers.entries[ai].value;
+		bool mp = h2o_strstr(a.base, a.len, H2O_STRLIT("msgpack")) != SIZE_MAX;
+		bool js = h2o_strstr(a.base, a.len, H2O_STRLIT("json")) != SIZE_MAX;
+		if ((mp && !js && sr->fmt != SRV_FMT_MSGPACK) ||
+		    (js && !mp && sr->fmt != SRV_FMT_JSON)) {
+			sbx_srv_send_error(req, 406, "NotAcceptable",
+					   sr->fmt == SRV_FMT_MSGPACK
+						   ? "this run streams application/msgpack (as it was started)"
+						   : "this run streams application/x-ndjson (as it was started)",
+					   fmt);
+			return;
+		}
+	}
+	if (sr->req) {
+		sbx_srv_send_error(req, 409, "Conflict",
+				   "another client is attached to this run; one at a time", fmt);
+		return;
+	}
+	/* What the absent client missed: a marker first, then the rest. */
+	if (sr->dropped_events) {
+		sbx_srv_buf nb = {0};
+		encode_dropped(sr, &nb);
+		size_t mlen = nb.len;
+		buf_append(&nb, sr->pending.data, sr->pending.len);
+		if (nb.len == mlen + sr->pending.len && sr->n_ev < sr->cap_ev) {
+			free(sr->pending.data);
+			sr->pending = nb;
+			/* The marker is the oldest event now. */
+			memmove(sr->ev_len + 1, sr->ev_len, sr->n_ev * sizeof(*sr->ev_len));
+			sr->ev_len[0] = (uint32_t)mlen;
+			sr->n_ev++;
+			sr->dropped_events = sr->dropped_bytes = 0;
+		} else {
+			free(nb.data);
+		}
+	}
+	attach_req(sr, req);
+	sbx_srv_log(SRV_LOG_INFO, "event=run_attach session=%s run=%s", sr->sid, sr->run_id);
+	(void)S;
+	start_headers(sr, req);
+	sr->sending = true;
+	h2o_send(req, NULL, 0, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+void sbx_srv_stream_gc(sbx_srv *S)
+{
+	uint64_t now = sbx_srv_now_ms();
+	sbx_srv_run *k = kept_runs;
+	(void)S;
+	while (k) {
+		sbx_srv_run *next = k->knext;
+		if (!k->req && k->ended_ms && now - k->ended_ms > SRV_KEEP_MS)
+			record_free(k);
+		k = next;
+	}
+}
+
+void sbx_srv_stream_free_all(sbx_srv *S)
+{
+	(void)S;
+	while (kept_runs && !kept_runs->req) {
+		sbx_srv_run *k = kept_runs;
+		if (!k->final) {
+			k->stopped = true;
+			release(k, "killed");
+		}
+		record_free(k);
+	}
 }
 
 void sbx_srv_stream_kill_all(sbx_srv *S)

@@ -48,7 +48,7 @@ local counters = { policy_denials = 0 }
 
 -- Session options a remote client may not set: they name host paths or
 -- files of the server (the policy is the server's).
-local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true }
+local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_runs = true }
 
 local ARRAY = { __array = true }
 local function array(t) return setmetatable(t, ARRAY) end
@@ -195,6 +195,7 @@ local function create_session(req)
   local opts = {}
   for k, v in pairs(body) do opts[k] = v end
   opts.policy = cfg.engine
+  opts.warm_runs = cfg.warm_runs
   local ok, s = pcall(session.open, opts)
   if not ok then return from_error(s) end
   local rec = {
@@ -217,7 +218,7 @@ local function list_sessions(req)
   return reply(200, { sessions = out })
 end
 
-local RUN_BODY_KEYS = { cmd = true }
+local RUN_BODY_KEYS = { cmd = true, detach = true }
 for _, k in ipairs(options.RUN_KEYS) do RUN_BODY_KEYS[k] = true end
 
 local function start_run(req, rec)
@@ -234,8 +235,13 @@ local function start_run(req, rec)
     end
   end
   if body.cmd == nil then return from_error(errors.InvalidArgument("cmd", "cmd is required")) end
+  -- detach = true: the run outlives its client and can be re-attached
+  -- by its run id (src/server/stream.c keeps it).
+  if body.detach ~= nil and type(body.detach) ~= "boolean" then
+    return from_error(errors.InvalidArgument("detach", "a boolean expected, got " .. type(body.detach)))
+  end
   local opts = {}
-  for k, v in pairs(body) do if k ~= "cmd" then opts[k] = v end end
+  for k, v in pairs(body) do if k ~= "cmd" and k ~= "detach" then opts[k] = v end end
   if opts.stdout == nil then opts.stdout = "pipe" end
   if opts.stderr == nil then opts.stderr = "pipe" end
   if opts.stdout == "inherit" or opts.stderr == "inherit" then
@@ -260,6 +266,7 @@ local function start_run(req, rec)
   return { stream = {
     backend = st.backend,
     session_id = rec.s.id,
+    detach = body.detach == true,
     start = function()
       if st.closed then
         return nil, errors.SessionClosed(("session %s is closed"):format(rec.s.name))
@@ -371,6 +378,14 @@ function M.handle(req)
     if not rec then return err end
     return start_run(req, rec)
   end
+  local run_id = rest:match("^/runs/(%x+)$")
+  if run_id then
+    if method ~= "GET" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
+    local rec, err = lookup(req, id, false)
+    if not rec then return err end
+    rec.last_ms = now_ms()
+    return { stream_attach = { session_id = rec.s.id, run_id = run_id } }
+  end
   local fpath = rest:match("^/files/(.+)$")
   if fpath then
     if method ~= "PUT" and method ~= "GET" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
@@ -387,6 +402,7 @@ function M.init(c)
   cfg.policy = c.policy
   cfg.max_sessions = c.max_sessions or 16
   cfg.max_runs = c.max_runs or 64
+  cfg.warm_runs = c.warm_runs or 1
   cfg.hard_ceiling_s = c.hard_ceiling_s or 24 * 3600
   cfg.idle_timeout_s = c.idle_timeout_s or 3600
   cfg.endpoint = c.listen
