@@ -202,6 +202,20 @@ fail:
 }
 
 
+/* Has the memcg's oom_kill counter grown since the run started?  The
+ * kernel sends the victim SIGKILL before it counts the kill (and logs to the
+ * console in between), so we can see the death first: a death that looks
+ * like a kill gets up to 200 ms for the counter to catch up. */
+static bool oom_counted(const sbx_run *r)
+{
+	for (int i = 0; i < 100; i++) {
+		if (sbx_cgroup_read_oom_kills(r->oom_path) > r->oom_before)
+			return true;
+		usleep(2000);
+	}
+	return false;
+}
+
 /* Did the OOM killer end this run?  The kernel's counter grew while it ran
  * and the run died of SIGKILL (or a shell reported a child's: 137). */
 static bool ended_by_oom(const sbx_run *r)
@@ -210,10 +224,10 @@ static bool ended_by_oom(const sbx_run *r)
 		return false;
 	/* init itself was the victim: the whole run died with it. */
 	if (!r->got_exit)
-		return !r->got_error && sbx_cgroup_read_oom_kills(r->oom_path) > r->oom_before;
+		return !r->got_error && oom_counted(r);
 	bool killed = (WIFSIGNALED(r->wstatus) && WTERMSIG(r->wstatus) == SIGKILL) ||
 		      (WIFEXITED(r->wstatus) && WEXITSTATUS(r->wstatus) == 128 + SIGKILL);
-	return killed && sbx_cgroup_read_oom_kills(r->oom_path) > r->oom_before;
+	return killed && oom_counted(r);
 }
 
 /* After an OOM kill, wait (a little) until the kernel has freed the dead
