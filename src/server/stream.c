@@ -210,6 +210,60 @@ static void mp_str(msgpack_packer *pk, const char *k, const char *v)
 	mp_key(pk, v);
 }
 
+/* One field of a control event: a string, or (str NULL) an integer. */
+typedef struct ev_field {
+	const char *key;
+	const char *str;
+	int64_t num;
+} ev_field;
+
+/* Append one event made of fields to out, as a JSON line or a msgpack map:
+ * every control event (exit, error, run, dropped) is encoded here, so both
+ * formats always carry the same fields. */
+static void encode_fields(int fmt, const ev_field *f, size_t n, sbx_srv_buf *out)
+{
+	if (fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		for (size_t i = 0; i < n; i++)
+			json_object_set_new(ev, f[i].key,
+					    f[i].str ? json_string(f[i].str)
+						     : json_integer((json_int_t)f[i].num));
+		char *js = json_dumps(ev, JSON_COMPACT);
+		json_decref(ev);
+		if (js) {
+			buf_append(out, js, strlen(js));
+			buf_append(out, "\n", 1);
+			free(js);
+		}
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, n);
+	for (size_t i = 0; i < n; i++) {
+		if (f[i].str) {
+			mp_str(&pk, f[i].key, f[i].str);
+		} else {
+			mp_key(&pk, f[i].key);
+			msgpack_pack_int64(&pk, f[i].num);
+		}
+	}
+	buf_append(out, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Queue one control event. */
+static void emit_fields(sbx_srv_run *sr, const ev_field *f, size_t n)
+{
+	sbx_srv_buf b = {0};
+	encode_fields(sr->fmt, f, n, &b);
+	if (b.len)
+		push_event(sr, b.data, b.len);
+	free(b.data);
+}
+
 static void emit_data(sbx_srv_run *sr, const char *type, const char *data, size_t len)
 {
 	sbx_srv_m.bytes_streamed += len;
@@ -260,117 +314,42 @@ static const char *term_reason(sbx_term t)
 
 static void emit_exit(sbx_srv_run *sr, const sbx_run_result *res)
 {
-	if (sr->fmt == SRV_FMT_JSON) {
-		json_t *ev = json_object();
-		json_object_set_new(ev, "type", json_string("exit"));
-		json_object_set_new(ev, "returncode", json_integer(res->returncode));
-		json_object_set_new(ev, "runtime_ms", json_integer((json_int_t)res->runtime_ms));
-		json_object_set_new(ev, "backend", json_string(sr->backend));
-		json_object_set_new(ev, "termination_reason", json_string(term_reason(res->term)));
-		if (res->signo)
-			json_object_set_new(ev, "signal", json_integer(res->signo));
-		json_event(sr, ev);
-		return;
-	}
-	msgpack_sbuffer sb;
-	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, res->signo ? 6 : 5);
-	mp_str(&pk, "type", "exit");
-	mp_key(&pk, "returncode");
-	msgpack_pack_int(&pk, res->returncode);
-	mp_key(&pk, "runtime_ms");
-	msgpack_pack_uint64(&pk, res->runtime_ms);
-	mp_str(&pk, "backend", sr->backend);
-	mp_str(&pk, "termination_reason", term_reason(res->term));
-	if (res->signo) {
-		mp_key(&pk, "signal");
-		msgpack_pack_int(&pk, res->signo);
-	}
-	push_event(sr, sb.data, sb.size);
-	msgpack_sbuffer_destroy(&sb);
+	const ev_field f[] = {
+		{"type", "exit", 0},
+		{"returncode", NULL, res->returncode},
+		{"runtime_ms", NULL, (int64_t)res->runtime_ms},
+		{"backend", sr->backend, 0},
+		{"termination_reason", term_reason(res->term), 0},
+		{"signal", NULL, res->signo},
+	};
+	emit_fields(sr, f, res->signo ? 6 : 5);
 }
 
 static void emit_error(sbx_srv_run *sr, const char *kind, const char *msg)
 {
-	if (sr->fmt == SRV_FMT_JSON) {
-		json_t *ev = json_object();
-		json_object_set_new(ev, "type", json_string("error"));
-		json_object_set_new(ev, "kind", json_string(kind));
-		json_object_set_new(ev, "message", json_string(msg));
-		json_object_set_new(ev, "reason", json_string(msg));
-		json_object_set_new(ev, "backend", json_string(sr->backend));
-		json_object_set_new(ev, "returncode", json_integer(-1));
-		json_event(sr, ev);
-		return;
-	}
-	msgpack_sbuffer sb;
-	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 6);
-	mp_str(&pk, "type", "error");
-	mp_str(&pk, "kind", kind);
-	mp_str(&pk, "message", msg);
-	mp_str(&pk, "reason", msg);
-	mp_str(&pk, "backend", sr->backend);
-	mp_key(&pk, "returncode");
-	msgpack_pack_int(&pk, -1);
-	push_event(sr, sb.data, sb.size);
-	msgpack_sbuffer_destroy(&sb);
+	const ev_field f[] = {
+		{"type", "error", 0},	      {"kind", kind, 0},	      {"message", msg, 0},
+		{"reason", msg, 0},	      {"backend", sr->backend, 0}, {"returncode", NULL, -1},
+	};
+	emit_fields(sr, f, 6);
 }
 
 /* { type = "run", run_id }: the first event of a detached run. */
 static void emit_run_id(sbx_srv_run *sr)
 {
-	if (sr->fmt == SRV_FMT_JSON) {
-		json_t *ev = json_object();
-		json_object_set_new(ev, "type", json_string("run"));
-		json_object_set_new(ev, "run_id", json_string(sr->run_id));
-		json_event(sr, ev);
-		return;
-	}
-	msgpack_sbuffer sb;
-	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 2);
-	mp_str(&pk, "type", "run");
-	mp_str(&pk, "run_id", sr->run_id);
-	push_event(sr, sb.data, sb.size);
-	msgpack_sbuffer_destroy(&sb);
+	const ev_field f[] = {{"type", "run", 0}, {"run_id", sr->run_id, 0}};
+	emit_fields(sr, f, 2);
 }
 
 /* { type = "dropped", events, bytes }: what an absent client lost. */
 static void encode_dropped(sbx_srv_run *sr, sbx_srv_buf *out)
 {
-	if (sr->fmt == SRV_FMT_JSON) {
-		json_t *ev = json_object();
-		json_object_set_new(ev, "type", json_string("dropped"));
-		json_object_set_new(ev, "events", json_integer((json_int_t)sr->dropped_events));
-		json_object_set_new(ev, "bytes", json_integer((json_int_t)sr->dropped_bytes));
-		char *s = json_dumps(ev, JSON_COMPACT);
-		json_decref(ev);
-		if (s) {
-			buf_append(out, s, strlen(s));
-			buf_append(out, "\n", 1);
-			free(s);
-		}
-		return;
-	}
-	msgpack_sbuffer sb;
-	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-	msgpack_pack_map(&pk, 3);
-	mp_str(&pk, "type", "dropped");
-	mp_key(&pk, "events");
-	msgpack_pack_uint64(&pk, sr->dropped_events);
-	mp_key(&pk, "bytes");
-	msgpack_pack_uint64(&pk, sr->dropped_bytes);
-	buf_append(out, sb.data, sb.size);
-	msgpack_sbuffer_destroy(&sb);
+	const ev_field f[] = {
+		{"type", "dropped", 0},
+		{"events", NULL, (int64_t)sr->dropped_events},
+		{"bytes", NULL, (int64_t)sr->dropped_bytes},
+	};
+	encode_fields(sr->fmt, f, 3, out);
 }
 
 static void watch_close(h2o_socket_t **w)
