@@ -204,3 +204,19 @@ const char **lsbx_opt_strv(lua_State *L, int idx, const char *field, bool requir
 		*n = len;
 	return v;
 }
+
+void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
+			 lua_CFunction gc, lua_CFunction tostring)
+{
+	luaL_newmetatable(L, name);
+	lua_newtable(L);
+	luaL_setfuncs(L, methods, 0);
+	lua_setfield(L, -2, "__index");
+	lua_pushcfunction(L, gc);
+	lua_setfield(L, -2, "__gc");
+	lua_pushcfunction(L, tostring);
+	lua_setfield(L, -2, "__tostring");
+	lua_pushstring(L, name);
+	lua_setfield(L, -2, "__metatable");
+	lua_pop(L, 1);
+}

@@ -391,17 +391,7 @@ int luaopen_sbx_core(lua_State *L)
 {
 	size_t i;
 
-	luaL_newmetatable(L, LSBX_SESSION_MT);
-	lua_newtable(L);
-	luaL_setfuncs(L, session_methods, 0);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, l_session_gc);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, l_session_tostring);
-	lua_setfield(L, -2, "__tostring");
-	lua_pushliteral(L, "sbx.core.session");
-	lua_setfield(L, -2, "__metatable");
-	lua_pop(L, 1);
+	lsbx_register_class(L, LSBX_SESSION_MT, session_methods, l_session_gc, l_session_tostring);
 	lsbx_run_register(L);
 
 	luaL_newlib(L, core_functions);

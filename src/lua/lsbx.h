@@ -36,6 +36,11 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx);
 int lsbx_session_run(lua_State *L);
 /* Create the run metatable. */
 void lsbx_run_register(lua_State *L);
+/* Register the metatable of a userdata class: methods as __index, gc and
+ * tostring as metamethods, and the name as __metatable so Lua code can
+ * neither read nor replace it. */
+void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
+			 lua_CFunction gc, lua_CFunction tostring);
 
 /* Push nil, kind name, message: the "expected failure" return of the binding. */
 int lsbx_push_err(lua_State *L, const sbx_err *err);

@@ -324,15 +324,5 @@ static const luaL_Reg run_methods[] = {
 
 void lsbx_run_register(lua_State *L)
 {
-	luaL_newmetatable(L, LSBX_RUN_MT);
-	lua_newtable(L);
-	luaL_setfuncs(L, run_methods, 0);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, l_run_close);
-	lua_setfield(L, -2, "__gc");
-	lua_pushcfunction(L, l_run_tostring);
-	lua_setfield(L, -2, "__tostring");
-	lua_pushliteral(L, "sbx.core.run");
-	lua_setfield(L, -2, "__metatable");
-	lua_pop(L, 1);
+	lsbx_register_class(L, LSBX_RUN_MT, run_methods, l_run_close, l_run_tostring);
 }
