@@ -86,13 +86,13 @@ fi
 echo "==> fuzz smoke (tests/fuzz, ${SBX_FUZZ_SMOKE_SECONDS:-10}s each)"
 if ! command -v clang >/dev/null; then
 	echo "run-tests: clang missing, fuzz targets skipped (scripts/bootstrap-deps.sh)"
-	skipped=$((skipped + 3))
+	skipped=$((skipped + 4))
 elif ! make -s -C tests/fuzz OUT="$build/fuzz" >"$log/fuzz-build" 2>&1; then
 	cat "$log/fuzz-build"
 	broken+=("the fuzz targets did not build")
 	failed=$((failed + 1))
 else
-	for t in files codec match; do
+	for t in files codec match proxy; do
 		scratch=$(mktemp -d "$log/fuzz-$t.XXXXXX")
 		if timeout -k 10 $((${SBX_FUZZ_SMOKE_SECONDS:-10} + 60)) "$build/fuzz/fuzz_$t" \
 			-rss_limit_mb=1024 -malloc_limit_mb=256 -max_len=4096 -timeout=10 -print_final_stats=1 \

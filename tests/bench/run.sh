@@ -4,7 +4,9 @@
 # which times s:exec("/bin/true") and the peers in the same run,
 # backend_bench.lua (open/close and exec latency per backend),
 # policy_overhead.lua, the policy engine's time per run, and
-# remote_bench.lua, sbxd's HTTP/2 API against on-device.
+# remote_bench.lua, sbxd's HTTP/2 API against on-device, and
+# sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
+# loopback.
 #
 # usage: tests/bench/run.sh [BUILD_DIR] [exec_latency.lua args: -n N -w W --strict]
 set -euo pipefail
@@ -20,6 +22,11 @@ echo
 # The policy engine's overhead per run with policies/default.lua (issue 4).
 echo
 "$build/bin/sbxlua" tests/bench/policy_overhead.lua
+# The allow-list proxy: CONNECT setup latency and tunnel throughput vs
+# direct loopback, in the same run (issue 5).
+echo
+cmake --build "$build" -j"$(nproc)" --target sbx-proxy-bench >/dev/null
+"$build/bin/sbx-proxy-bench"
 # The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
 echo
 cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null

@@ -1,0 +1,312 @@
+/*
+ * proxy_bench.c: sbx-proxy-bench, the allow-list proxy's benchmark (issue 5).
+ *
+ * In one process: a proxy (src/core/proxy.c) stepped by its own thread with
+ * a decider that allows 127.0.0.1, and upstream servers on ephemeral
+ * 127.0.0.1 ports (an echo and a sink).  Measured, each against the direct
+ * loopback equivalent in the same run:
+ *   - CONNECT setup latency: connect to the proxy, CONNECT, read the 200,
+ *     one byte echoed through the tunnel (direct: connect + one byte echoed);
+ *   - tunnel throughput: 1 GiB (-g GiB) client -> sink through a CONNECT
+ *     tunnel (direct: the same to the sink).
+ * Prints ratios and checks the issue's targets (>= 1 GB/s, setup < 1 ms);
+ * --strict exits 1 when a target is missed.
+ *
+ * usage: sbx-proxy-bench [-n setups] [-g GiB] [--strict]
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sbx_proxy.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+{
+	(void)ud;
+	v->allow = true;
+	if (q->phase == SBX_PROXY_NAME)
+		snprintf(v->literal, sizeof(v->literal), "127.0.0.1");
+}
+
+static volatile int stop;
+
+static void *proxy_loop(void *arg)
+{
+	sbx_proxy *p = arg;
+	sbx_err err;
+	while (!stop)
+		if (sbx_proxy_step(p, 50, &err) < 0) {
+			fprintf(stderr, "proxy_bench: %s\n", err.msg);
+			exit(1);
+		}
+	return NULL;
+}
+
+static int listen_on(uint16_t *port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 512) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &al) < 0) {
+		perror("proxy_bench: listen");
+		exit(1);
+	}
+	*port = ntohs(a.sin_port);
+	return fd;
+}
+
+static int dial(uint16_t port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		perror("proxy_bench: connect");
+		exit(1);
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/* Servers: thread per connection; echo or sink (count bytes, then send
+ * the count back as 8 bytes after EOF). */
+struct srv {
+	int lfd;
+	uint16_t port;
+	void (*fn)(int);
+};
+
+static void echo(int fd)
+{
+	char b[4096];
+	ssize_t n;
+	while ((n = recv(fd, b, sizeof(b), 0)) > 0)
+		if (send(fd, b, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+}
+
+static void sink(int fd)
+{
+	static __thread char b[1 << 18];
+	uint64_t total = 0;
+	ssize_t n;
+	while ((n = recv(fd, b, sizeof(b), 0)) > 0)
+		total += (uint64_t)n;
+	if (send(fd, &total, 8, MSG_NOSIGNAL) != 8)
+		return;
+}
+
+struct cjob {
+	int fd;
+	void (*fn)(int);
+};
+
+static void *cthread(void *arg)
+{
+	struct cjob j = *(struct cjob *)arg;
+	free(arg);
+	j.fn(j.fd);
+	close(j.fd);
+	return NULL;
+}
+
+static void *accept_loop(void *arg)
+{
+	struct srv *s = arg;
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC), one = 1;
+		pthread_t th;
+		struct cjob *j;
+		if (fd < 0)
+			return NULL;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		j = malloc(sizeof(*j));
+		j->fd = fd;
+		j->fn = s->fn;
+		if (pthread_create(&th, NULL, cthread, j) != 0) {
+			close(fd);
+			free(j);
+			continue;
+		}
+		pthread_detach(th);
+	}
+}
+
+static void srv_start(struct srv *s, void (*fn)(int))
+{
+	pthread_t th;
+	s->fn = fn;
+	s->lfd = listen_on(&s->port);
+	pthread_create(&th, NULL, accept_loop, s);
+	pthread_detach(th);
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static bool recv_n(int fd, void *b, size_t n)
+{
+	char *p = b;
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+/* One setup; via_proxy: CONNECT through it. */
+static double setup_once(uint16_t proxy_port, uint16_t echo_port, bool via_proxy)
+{
+	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+	char req[128], b[sizeof(ok)];
+	double t0 = now_s();
+	int fd = dial(via_proxy ? proxy_port : echo_port);
+
+	if (via_proxy) {
+		int n = snprintf(req, sizeof(req), "CONNECT bench.test:%u HTTP/1.1\r\n\r\n", echo_port);
+		if (send(fd, req, (size_t)n, 0) != n || !recv_n(fd, b, sizeof(ok) - 1) ||
+		    memcmp(b, ok, sizeof(ok) - 1) != 0) {
+			fprintf(stderr, "proxy_bench: CONNECT failed\n");
+			exit(1);
+		}
+	}
+	if (send(fd, "x", 1, 0) != 1 || !recv_n(fd, b, 1) || b[0] != 'x') {
+		fprintf(stderr, "proxy_bench: echo failed\n");
+		exit(1);
+	}
+	double dt = now_s() - t0;
+	close(fd);
+	return dt * 1e3;
+}
+
+static void setups(uint16_t pp, uint16_t ep, int n, bool via, double *p50, double *p95)
+{
+	double *v = malloc(sizeof(double) * (size_t)n);
+	for (int i = 0; i < 20; i++)
+		setup_once(pp, ep, via); /* warm-up */
+	for (int i = 0; i < n; i++)
+		v[i] = setup_once(pp, ep, via);
+	qsort(v, (size_t)n, sizeof(double), cmp);
+	*p50 = v[n / 2];
+	*p95 = v[(n * 95) / 100];
+	free(v);
+}
+
+/* GB/s of `bytes` client -> sink, through the proxy or direct. */
+static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via)
+{
+	static char b[1 << 18];
+	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+	char req[128], r[sizeof(ok)];
+	uint64_t got = 0;
+	int fd = dial(via ? pp : sp);
+
+	memset(b, 0x5a, sizeof(b));
+	if (via) {
+		int n = snprintf(req, sizeof(req), "CONNECT bench.test:%u HTTP/1.1\r\n\r\n", sp);
+		if (send(fd, req, (size_t)n, 0) != n || !recv_n(fd, r, sizeof(ok) - 1)) {
+			fprintf(stderr, "proxy_bench: CONNECT failed\n");
+			exit(1);
+		}
+	}
+	double t0 = now_s();
+	for (uint64_t sent = 0; sent < bytes;) {
+		size_t n = bytes - sent < sizeof(b) ? (size_t)(bytes - sent) : sizeof(b);
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+		if (w <= 0) {
+			perror("proxy_bench: send");
+			exit(1);
+		}
+		sent += (uint64_t)w;
+	}
+	shutdown(fd, SHUT_WR);
+	if (!recv_n(fd, &got, 8) || got != bytes) {
+		fprintf(stderr, "proxy_bench: the sink got %llu of %llu bytes\n",
+			(unsigned long long)got, (unsigned long long)bytes);
+		exit(1);
+	}
+	double dt = now_s() - t0;
+	close(fd);
+	return (double)bytes / dt / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	int n = 2000;
+	double gib = 1;
+	bool strict = false;
+	sbx_err err;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-n") && i + 1 < argc)
+			n = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "-g") && i + 1 < argc)
+			gib = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--strict"))
+			strict = true;
+		else {
+			fprintf(stderr, "usage: %s [-n setups] [-g GiB] [--strict]\n", argv[0]);
+			return 2;
+		}
+	}
+	if (n < 20)
+		n = 20;
+	sbx_proxy_cfg cfg = { .decide = decide };
+	sbx_proxy *p = sbx_proxy_new(&cfg, &err);
+	uint16_t pp;
+	if (!p || sbx_proxy_add_listener(p, listen_on(&pp), NULL, &err) < 0) {
+		fprintf(stderr, "proxy_bench: %s\n", err.msg);
+		return 1;
+	}
+	struct srv e, s;
+	srv_start(&e, echo);
+	srv_start(&s, sink);
+	pthread_t th;
+	pthread_create(&th, NULL, proxy_loop, p);
+
+	double d50, d95, p50, p95;
+	setups(pp, e.port, n, false, &d50, &d95);
+	setups(pp, e.port, n, true, &p50, &p95);
+	uint64_t bytes = (uint64_t)(gib * (double)(1ull << 30));
+	double direct = throughput(pp, s.port, bytes, false);
+	double tunnel = throughput(pp, s.port, bytes, true);
+
+	stop = 1;
+	pthread_join(th, NULL);
+	sbx_proxy_free(p);
+
+	bool ok_setup = p50 < 1.0, ok_tp = tunnel >= 1.0;
+	printf("allow-list proxy (%d setups, %.2f GiB each way, same run):\n", n, gib);
+	printf("  CONNECT setup + 1-byte echo  p50 %7.3f ms  p95 %7.3f ms   target p50 < 1 ms: %s\n",
+	       p50, p95, ok_setup ? "ok" : "MISSED");
+	printf("  direct connect + echo        p50 %7.3f ms  p95 %7.3f ms   proxy/direct p50 x%.2f\n",
+	       d50, d95, p50 / d50);
+	printf("  tunnel throughput            %7.2f GB/s                 target >= 1 GB/s: %s\n",
+	       tunnel, ok_tp ? "ok" : "MISSED");
+	printf("  direct loopback              %7.2f GB/s                 tunnel/direct x%.2f\n",
+	       direct, tunnel / direct);
+	return strict && !(ok_setup && ok_tp) ? 1 : 0;
+}
