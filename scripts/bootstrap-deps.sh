@@ -14,6 +14,7 @@ packages=(
 	bubblewrap util-linux python3 tmux procps iproute2 coreutils
 	libh2o-evloop-dev libssl-dev libjansson-dev libcurl4-openssl-dev
 	nghttp2-client curl openssl
+	passt nftables
 	luarocks libcap2-bin man-db
 	clang "libclang-rt-14-dev|libclang-rt-dev"
 )

@@ -34,6 +34,7 @@ M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
+  "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
 }
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
@@ -319,9 +320,9 @@ function M.session(opts, pol, ctx)
   end
   if opts.network_allowlist ~= nil then
     o.network_allowlist = check_list("network_allowlist", opts.network_allowlist)
-    if o.network_mode ~= "allowlist" then
-      invalid("network_allowlist", "only meaningful with network_mode = \"allowlist\" (the session's is %q)",
-        o.network_mode)
+    if o.network_mode == "blocked" then
+      invalid("network_allowlist", "only meaningful with network_mode = \"allowlist\" (or \"open\", whose "
+        .. "runs may narrow to allowlist); the session's is %q", o.network_mode)
     end
   end
   local deny = presets.copy(presets.CLOUD_METADATA_DENY)
@@ -362,11 +363,11 @@ function M.session(opts, pol, ctx)
   if o.disk_mb and o.work_dir then
     invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")
   end
-  if o.network_mode ~= "blocked" then
+  if o.network_mode ~= "blocked" and (o.backend == "none" or o.backend == "bubblewrap") then
     errors.raise(errors.BackendUnavailable(o.backend,
-      ("network_mode %q needs the networking issue (proxy, allow/deny lists), not built yet; "
-        .. "only \"blocked\" works"):format(o.network_mode),
-      'use network_mode = "blocked"'))
+      ("network_mode %q needs a network namespace per session, which backend %s does not keep")
+        :format(o.network_mode, o.backend),
+      'use backend = "userns" (or "privileged"), or network_mode = "blocked"'))
   end
 
   -- Pass 3: what the policy allows.
@@ -528,22 +529,18 @@ function M.run(cmd, opts, sess, extra_keys)
     end
   end
   if opts.network_allowlist ~= nil then
-    check_list("network_allowlist", opts.network_allowlist)
-    if o.network_mode ~= "allowlist" then
-      invalid("network_allowlist", "only meaningful with network_mode = \"allowlist\" (this run's is %q)",
-        o.network_mode)
-    end
+    -- The proxy cannot tell one run's connections from another's (they
+    -- share the session's allowlist namespace), so a per-run list would
+    -- be a promise it could not keep.
+    invalid("network_allowlist", "is a session option: a run uses its session's allow-list "
+      .. "(open another session for another list)")
   end
   if M.NETWORK_MODES[o.network_mode] > M.NETWORK_MODES[ceiling] then
     denied("session.network_mode",
       "this run asks for network_mode %q, wider than its session's ceiling %q: a run may narrow "
         .. "the session's network mode, never widen it", o.network_mode, ceiling)
   end
-  if o.network_mode ~= "blocked" then
-    errors.raise(errors.BackendUnavailable(sess.backend,
-      ("network_mode %q needs the networking issue, not built yet"):format(o.network_mode),
-      'use network_mode = "blocked"'))
-  end
+  if o.network_mode == "allowlist" then o.env = M.with_proxy_env(o.env, sess.proxy_port) end
 
   if timeout_s ~= nil then
     if timeout_s > pol.ceilings.max_run_timeout_s then
@@ -554,5 +551,47 @@ function M.run(cmd, opts, sess, extra_keys)
   end
   return o
 end
+
+-- The proxy's variables for an allowlist run (replacing any the caller
+-- set: there is no other way out anyway).  NO_PROXY covers only loopback.
+function M.with_proxy_env(env, port)
+  local url = ("http://127.0.0.1:%d"):format(port or M.PROXY_PORT)
+  local set = {
+    HTTP_PROXY = url, HTTPS_PROXY = url, ALL_PROXY = url,
+    http_proxy = url, https_proxy = url, all_proxy = url,
+    NO_PROXY = "localhost,127.0.0.1,::1", no_proxy = "localhost,127.0.0.1,::1",
+  }
+  local out = {}
+  for _, kv in ipairs(env) do
+    if not set[kv:match("^([^=]*)=")] then out[#out + 1] = kv end
+  end
+  for _, k in ipairs { "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+                       "http_proxy", "https_proxy", "all_proxy", "no_proxy" } do
+    out[#out + 1] = k .. "=" .. set[k]
+  end
+  return out
+end
+
+-- open mode: the deny-list entries nftables can enforce inside the
+-- namespace (addresses and CIDRs, whatever port they name: stricter, not
+-- looser).  Names are left to the proxy (open mode has none).  Loopback
+-- is the sandbox's own, never the host's, so it stays usable.
+function M.open_deny(list)
+  local match = require "sbx.match"
+  local out, seen = {}, {}
+  for _, s in ipairs(list or {}) do
+    local e = match.parse_entry(s)
+    if e and e.cidr and not seen[e.text] then
+      seen[e.text] = true
+      local c = e.cidr
+      local loop = (c.addr.v == 4 and match.ip.in_cidr(c.addr, match.ip.parse_cidr("127.0.0.0/8")) and c.len >= 8)
+        or (c.addr.v == 6 and c.len == 128 and match.ip.tostring(c.addr) == "::1")
+      if not loop then out[#out + 1] = match.ip.tostring(c.addr) .. "/" .. c.len end
+    end
+  end
+  return out
+end
+
+M.PROXY_PORT = 3128
 
 return M

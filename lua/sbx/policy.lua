@@ -910,6 +910,57 @@ function Engine:connect(host, port, addrs, ctx, gen)
   return false, res, err
 end
 
+-- proxy_verdict(q, ctx, [gen]) -> the allow-list proxy's verdict table
+-- (src/lua/proxy.c): q = { phase = "name" | "addrs", kind, host, port,
+-- addrs }.  Phase "name" comes before any DNS lookup: connect() with no
+-- addresses (deny-list, mode, allow-list, on_connect); an allowed IP
+-- literal, in whatever spelling, comes back canonical as `literal`, a
+-- name normalized as `resolve`.  Phase "addrs": every resolved address
+-- against the deny-lists, and against the non-public ranges (ip.special)
+-- unless the allow-list names a CIDR holding it.  Never raises: anything
+-- wrong is a refusal.
+function Engine:proxy_verdict(q, ctx, gen)
+  gen = self:for_session(gen)
+  ctx = ctx or {}
+  local ok, res = pcall(function()
+    if q.phase == "name" then
+      local allowed, err = self:connect(q.host, q.port, nil, ctx, gen)
+      if not allowed then return { allow = false, reason = err.message } end
+      local a = match.is_ip_literal(q.host) and match.ip.parse(q.host)
+      if a then return { allow = true, literal = match.ip.tostring(a) } end
+      return { allow = true, resolve = (match.normalize_host(q.host)) }
+    elseif q.phase == "addrs" then
+      local deny2 = ctx.denylist and match.compile(ctx.denylist, "denylist")
+      local allow = ctx.allowlist and match.compile(ctx.allowlist, "allowlist") or gen.allow_matcher
+      if type(q.addrs) ~= "table" or #q.addrs == 0 then
+        return { allow = false, reason = "no address to check" }
+      end
+      for _, s in ipairs(q.addrs) do
+        local a = match.ip.parse(s)
+        if not a then return { allow = false, reason = ("%s is not an address"):format(tostring(s)) } end
+        local hit = gen.deny_matcher:match_addr(a, q.port) or (deny2 and deny2:match_addr(a, q.port))
+        if hit then
+          local e = errors.PolicyDenied("network.denylist", ("policy %s: %s:%d resolves to %s, denied by %s")
+            :format(gen.name, q.host, q.port, s, hit))
+          gen.emit("denied: " .. e.message)
+          return { allow = false, reason = e.message }
+        end
+        local kind = match.ip.special(a)
+        if kind and not (allow and allow:match_addr(a, q.port)) then
+          local e = errors.PolicyDenied("network.private", ("policy %s: %s:%d resolves to %s, a %s address "
+            .. "(allow it only by naming its CIDR in the allow-list)"):format(gen.name, q.host, q.port, s, kind))
+          gen.emit("denied: " .. e.message)
+          return { allow = false, reason = e.message }
+        end
+      end
+      return { allow = true }
+    end
+    return { allow = false, reason = "unknown phase " .. tostring(q.phase) }
+  end)
+  if ok then return res end
+  return { allow = false, reason = "policy check failed: " .. tostring(type(res) == "table" and res.message or res) }
+end
+
 -- close(session, ctx, [gen]) -- runs on_close; never raises.
 function Engine:close(session, ctx, gen)
   gen = self:for_session(gen)

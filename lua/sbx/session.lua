@@ -99,6 +99,8 @@ end
 
 -- The session env with the GPUs it got: NVIDIA_VISIBLE_DEVICES names the
 -- host's indices, CUDA_VISIBLE_DEVICES the ones CUDA sees (0..N-1).
+local start_proxy -- below: the allowlist proxy of a session
+
 local function gpu_env(cs, env)
   local host, cuda = {}, {}
   for _, node in ipairs(cs:gpu_nodes()) do
@@ -151,6 +153,9 @@ function M.open(opts)
     shm_bytes = pol.defaults.shm_bytes,
     lifetime_ms = o.lifetime_ms,
     warm_runs = o.warm_runs,
+    network_mode = o.network_mode,
+    proxy_port = options.PROXY_PORT,
+    open_deny = o.network_mode == "open" and options.open_deny(o.network_denylist) or nil,
     -- Resource ceilings (the core's cgroup and size-capped work dir).
     memory_bytes = o.memory_mb and o.memory_mb * 1024 * 1024 or nil,
     cpu_milli = o.cpu_milli,
@@ -177,13 +182,51 @@ function M.open(opts)
     network_mode = o.network_mode,
     network_allowlist = o.network_allowlist,
     network_denylist = o.network_denylist,
+    proxy_port = options.PROXY_PORT,
     env = o.env,
     max_file_bytes = o.max_file_bytes,
     timeout_s = o.timeout_s,
     closed = false,
   }
+  -- An open session's runs may narrow to allowlist: it has a proxy too.
+  if o.network_mode ~= "blocked" then
+    local ok, err = pcall(start_proxy, c, st, opts.proxy_host)
+    if not ok then
+      cs:close()
+      errors.raise(err)
+    end
+  end
   registry[id] = st
   return M.wrap(st, true)
+end
+
+-- allowlist: the session's proxy, in a process of its own forked from
+-- this one (an on-device host has no event loop to serve it from).  It
+-- asks the policy engine about every connection (engine:proxy_verdict).
+function start_proxy(c, st, host)
+  local fd, kind, msg = st.core:proxy_listener()
+  if not fd then errors.raise(errors.from_core(kind, msg, { backend = st.backend })) end
+  local ctx = {
+    session = { id = st.id, name = st.name, backend = st.backend, network_mode = st.network_mode },
+    network_mode = "allowlist",
+    allowlist = st.network_allowlist,
+    denylist = st.network_denylist,
+    origin = "local",
+  }
+  local engine, gen = st.engine, st.policy
+  local decide = function(q) return engine:proxy_verdict(q, ctx, gen) end
+  if host then
+    -- A host with an event loop of its own (sbxd) serves it there.
+    host:add(fd, st.id, decide)
+    st.proxy = { close = function() host:remove(st.id) end }
+    return
+  end
+  local child, k2, m2 = c.proxy_spawn(fd, st.id, {
+    decide = decide,
+    log = function(line) gen.emit("proxy: " .. line) end,
+  })
+  if not child then errors.raise(errors.from_core(k2, m2, { backend = st.backend })) end
+  st.proxy = child
 end
 
 -- wrap(st, is_owner) -> a Session object over the shared state.
@@ -234,20 +277,26 @@ local function live(s)
   return s._st
 end
 
-local function start(st, cmd, o)
+-- core_run(st, o) -> the core's run, or nil and an error table.  o: the
+-- admitted run options (sbx.options.run); shared with sbxd.
+function M.core_run(st, o)
   local r, kind, msg = st.core:run {
     argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
     stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
+    network_mode = o.network_mode,
   }
-  if not r then
-    if kind == "SessionClosed" then
-      errors.raise(errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg))))
-    elseif kind == "InvalidArgument" then
-      errors.raise(errors.InvalidArgument("cmd", msg))
-    end
-    errors.raise(errors.SandboxExecutionError(("the run did not start: %s"):format(tostring(msg)),
-      st.backend, 0))
+  if r then return r end
+  if kind == "SessionClosed" then
+    return nil, errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg)))
+  elseif kind == "InvalidArgument" then
+    return nil, errors.InvalidArgument("cmd", msg)
   end
+  return nil, errors.SandboxExecutionError(("the run did not start: %s"):format(tostring(msg)), st.backend, 0)
+end
+
+local function start(st, cmd, o)
+  local r, err = M.core_run(st, o)
+  if not r then errors.raise(err) end
   return process.new(r, { cmd = cmd, backend = st.backend, stdout = o.stdout, stderr = o.stderr,
     core = core_module, session_closed = function() return st.closed end })
 end
@@ -375,6 +424,7 @@ function Session:close()
   if st.closed then return end
   st.closed = true
   registry[st.id] = nil
+  if st.proxy then st.proxy:close() end
   local ok, _, msg = st.core:close()
   st.engine:close({ id = st.id, name = st.name, backend = st.backend, created_at = st.created_at,
     work_dir = st.work_dir }, { origin = "local" }, st.policy)

@@ -47,6 +47,14 @@ struct sbx_proto_offer {
 	uint32_t magic;
 	int32_t err_no;     /* 0 on success */
 	int32_t pid;        /* init's pid in the session namespace */
+	uint32_t mode;      /* sbx_net: the network namespace the init is in */
+};
+
+/* Host -> zygote, for each offer taken (or turned down): start the next
+ * warm init, in the network namespace of this mode. */
+struct sbx_proto_want {
+	uint32_t magic;
+	uint32_t mode;      /* sbx_net */
 };
 
 /* Zygote -> host, once, when the session's root is built (or why not). */
@@ -54,6 +62,9 @@ struct sbx_proto_ready {
 	uint32_t magic;
 	int32_t err_no;
 	uint32_t kind;      /* sbx_err_kind on failure */
+	uint32_t fds;       /* SCM_RIGHTS it carries, in this order: */
+#define SBX_READY_LISTENER 1u /* the allowlist namespace's proxy listener */
+#define SBX_READY_OPEN_NS 2u  /* the open mode's network namespace */
 	char msg[520];
 };
 
@@ -70,6 +81,13 @@ struct sbx_status_rec {
 	char msg[240];
 };
 
+/* Send one message of len bytes carrying nfds (<= 4) fds as SCM_RIGHTS;
+ * 0, or -1 with errno. */
+int sbx_proto_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds);
+/* Receive one message into buf and at most max fds (CLOEXEC; any beyond
+ * are closed): the bytes received (0 at EOF) or -1 with errno; *nfds says
+ * how many fds came. */
+ssize_t sbx_proto_recv_fds(int sock, void *buf, size_t len, int *fds, size_t max, size_t *nfds);
 /* Send one run request with its 4 fds; 0, or -1 with errno. */
 int sbx_proto_send_run(int sock, const struct sbx_proto_run *req, const char *payload,
 		       const int fds[4]);
@@ -126,7 +144,20 @@ struct sbx_zygote_cfg {
 	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
 	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
 	const char *host_work_dir; /* backend "none": where the work dir really is */
+	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
+	sbx_net warm_mode;         /* the mode of the first warm inits */
 };
+
+/* ---- network namespaces (netns.c) ---- */
+
+const char *sbx_net_name(sbx_net mode);
+/* Bring up lo in the caller's network namespace. */
+int sbx_netns_lo_up(sbx_err *err);
+/* In the zygote: fd[BLOCKED] is our own namespace; for each wider mode up
+ * to ceiling a new one with lo up (allowlist: *listener listening on
+ * 127.0.0.1:port inside it).  We end in the blocked one.  -1 with err. */
+int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, uint16_t port,
+		      sbx_err *err);
 
 /* Child side of the session (rootfs.c): build the root, pivot into it.
  * Runs in the zygote after the id maps are written. */
@@ -217,13 +248,29 @@ int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err);
 const char *sbx_session_oom_path(const sbx_session *s);
 
 /* Take the session's warm init (session.c, for run.c): its request socket
- * and pidfd become the caller's, and the zygote is asked for the next.
+ * and pidfd become the caller's, and the zygote is asked for the next (of
+ * the same mode: the next run most likely wants what this one did).
  * Returns 0, or -1 with err (SessionClosed when the zygote is gone). */
-int sbx_session_take_warm(sbx_session *s, int *sock, int *pidfd, sbx_err *err);
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err);
 
 /* uid/gid maps (userns.c). */
 int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *err);
 /* Explain why user namespaces are unavailable, for BackendUnavailable. */
 void sbx_userns_explain(int clone_errno, sbx_err *err);
+
+
+/* ---- open mode (opennet.c) ---- */
+typedef struct sbx_opennet { pid_t pid; int pidfd; } sbx_opennet;   /* the pasta process */
+/* Give the network namespace netns_fd (owned by the user namespace userns_fd, or -1 when the caller is
+ * root in the init userns: backend "privileged") a way out: nftables rules inside it that reject the
+ * deny CIDRs/addresses (NULL-terminated, e.g. "169.254.169.254", "10.0.0.0/8", "fd00:ec2::254") and every
+ * address of the host's own interfaces (getifaddrs, host loopback unreachable anyway), installed
+ * BEFORE pasta connects it; then pasta (no inbound port forwarding: -t none -u none -T none -U none;
+ * --no-map-gw so the gateway is not the host; runs as the caller's euid; dies with the caller:
+ * PR_SET_PDEATHSIG) started and READY (its interface configured) when this returns.
+ * Missing nft/pasta or a failure -> BackendUnavailable saying what to install/fix. */
+int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *const *deny, sbx_err *err);
+/* Kill pasta and reap it.  Safe on a zeroed/failed one. */
+void sbx_opennet_stop(sbx_opennet *on);
 
 #endif

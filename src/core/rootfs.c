@@ -169,6 +169,31 @@ int sbx_rootfs_etc_entry(const char *name, sbx_err *err)
 		 !strcmp(name, "hostname") || !strcmp(name, "shadow") || !strcmp(name, "gshadow"));
 }
 
+/* open mode: the host's name servers, minus loopback ones (the host's
+ * loopback is unreachable from the sandbox by design); the other modes
+ * have no DNS to reach (allowlist names are resolved by the proxy). */
+static int build_resolv_conf(sbx_err *err)
+{
+	char out[1024] = "# sbx: the host's non-loopback name servers (network_mode open)\n";
+	char line[256];
+	size_t n = strlen(out);
+	FILE *f = fopen(OLD "/etc/resolv.conf", "re");
+
+	while (f && fgets(line, sizeof(line), f)) {
+		char addr[128];
+		if (sscanf(line, " nameserver %127s", addr) != 1 || !strncmp(addr, "127.", 4) ||
+		    !strcmp(addr, "::1"))
+			continue;
+		int w = snprintf(out + n, sizeof(out) - n, "nameserver %s\n", addr);
+		if (w < 0 || (size_t)w >= sizeof(out) - n)
+			break;
+		n += (size_t)w;
+	}
+	if (f)
+		fclose(f);
+	return write_text(NEW "/etc/resolv.conf", out, err);
+}
+
 static int build_etc(const sbx_session_opts *opts, uid_t uid, gid_t gid, sbx_err *err)
 {
 	char path[PATH_MAX], hosts[512], passwd[512];
@@ -200,6 +225,8 @@ static int build_etc(const sbx_session_opts *opts, uid_t uid, gid_t gid, sbx_err
 	snprintf(hosts, sizeof(hosts), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
 		 hostname);
 	if (write_text(NEW "/etc/hosts", hosts, err) < 0)
+		return -1;
+	if (opts->network_mode == SBX_NET_OPEN && build_resolv_conf(err) < 0)
 		return -1;
 	snprintf(hosts, sizeof(hosts), "%s\n", hostname);
 	return write_text(NEW "/etc/hostname", hosts, err);
@@ -266,24 +293,6 @@ static int build_dev(const sbx_gpu *gpu, sbx_err *err)
 		  "mode=0755,size=64k") != 0)
 		return FAIL("remount /dev read-only: %s", strerror(errno));
 	return 0;
-}
-
-static int lo_up(sbx_err *err)
-{
-	struct ifreq ifr;
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return FAIL("socket: %s", strerror(errno));
-	memset(&ifr, 0, sizeof(ifr));
-	strcpy(ifr.ifr_name, "lo");
-	int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
-	if (rc == 0) {
-		ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-		rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-	}
-	close(fd);
-	return rc == 0 ? 0 : FAIL("bring up lo: %s", strerror(errno));
 }
 
 static int build_tree(const sbx_session_opts *opts, const char *host_work_dir,
@@ -365,7 +374,7 @@ int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
 	if (sethostname(hostname, strlen(hostname)) != 0 ||
 	    setdomainname("localdomain", strlen("localdomain")) != 0)
 		return FAIL("sethostname: %s", strerror(errno));
-	if (lo_up(err) < 0)
+	if (sbx_netns_lo_up(err) < 0)
 		return -1;
 
 	/* Second pivot: the new root on top, then detach the old one (the

@@ -103,8 +103,8 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 
 /* Hand the request to the session's warm init.  One that died before we
  * took it (its socket refuses) is replaced once. */
-static int send_to_warm(sbx_session *s, const struct sbx_proto_run *req, const char *payload,
-			const int fds[4], int *pidfd, sbx_err *err)
+static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
+			const char *payload, const int fds[4], int *pidfd, sbx_err *err)
 {
 	/* At a memory ceiling the OOM killer may have taken an idle init or
 	 * workload (tmpfs pages belong to no process, so its choice among
@@ -112,7 +112,7 @@ static int send_to_warm(sbx_session *s, const struct sbx_proto_run *req, const c
 	bool limited = sbx_session_oom_path(s) != NULL;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
-		if (sbx_session_take_warm(s, &sock, pidfd, err) < 0)
+		if (sbx_session_take_warm(s, mode, &sock, pidfd, err) < 0)
 			return -1;
 		struct pollfd dead = {*pidfd, POLLIN, 0};
 		if (limited && poll(&dead, 1, 0) == 1) {
@@ -184,7 +184,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	} else {
 		close_fd(&r->in_fd);
 	}
-	if (send_to_warm(s, &req, payload, child, &r->pidfd, err) < 0)
+	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd, err) < 0)
 		goto fail;
 	for (int i = 0; i < 4; i++)
 		close_fd(&child[i]);

@@ -59,6 +59,15 @@ typedef struct sbx_bind {
 	bool writable;
 } sbx_bind;
 
+/* A run's network: every mode but the host's own is a network namespace
+ * the sandbox cannot leave (netns.c). */
+typedef enum sbx_net {
+	SBX_NET_BLOCKED = 0, /* only lo */
+	SBX_NET_ALLOWLIST,   /* only lo, plus the proxy listener 127.0.0.1:proxy_port */
+	SBX_NET_OPEN,        /* out through pasta, deny-list rejected by nftables inside */
+	SBX_NET_NMODES,
+} sbx_net;
+
 typedef struct sbx_session_opts {
 	const char *backend;        /* "userns", "privileged" (root), "bubblewrap" or "none" */
 	const char *work_dir;       /* pinned host work dir, or NULL for a fresh one */
@@ -93,6 +102,13 @@ typedef struct sbx_session_opts {
 	 * init + workload); more serve concurrent starts without waiting.
 	 * 0: 1; at most SBX_MAX_WARM_RUNS. */
 	uint32_t warm_runs;
+	/* Network: the widest mode a run of this session may ask for (each
+	 * mode up to it gets a namespace of its own, made once). */
+	sbx_net network_mode;
+	uint16_t proxy_port;        /* allowlist: the listener's port inside; 0: 3128 */
+	/* open: addresses and CIDRs rejected inside the namespace
+	 * (NULL-terminated), on top of the host's own addresses. */
+	const char *const *open_deny;
 } sbx_session_opts;
 
 #define SBX_MAX_WARM_RUNS 64
@@ -127,6 +143,12 @@ const char *sbx_session_backend(const sbx_session *s);
 int64_t sbx_session_cpu_usage_us(const sbx_session *s);
 /* OOM kills in the session's cgroup since it opened; -1 without a memory ceiling. */
 int64_t sbx_session_oom_kills(const sbx_session *s);
+/* The session's network ceiling. */
+sbx_net sbx_session_network_mode(const sbx_session *s);
+/* allowlist: a new fd (the caller's, CLOEXEC) of the listening socket inside
+ * the session's allowlist namespace, for the proxy to serve; -1 with err
+ * when the session has none. */
+int sbx_session_proxy_listener(const sbx_session *s, sbx_err *err);
 /* Device nodes (inside paths) bound for the session's GPUs, NULL-terminated. */
 const char *const *sbx_session_gpu_nodes(const sbx_session *s);
 /*
@@ -152,6 +174,7 @@ typedef struct sbx_run_opts {
 	size_t stdin_len;
 	uint32_t timeout_ms;        /* 0: none */
 	uint32_t grace_ms;          /* SIGTERM to SIGKILL; 0: default 2000 */
+	sbx_net network_mode;       /* at most the session's */
 } sbx_run_opts;
 
 typedef struct sbx_run sbx_run;

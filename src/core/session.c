@@ -44,6 +44,7 @@
 #define PRIV_UID_BASE 300000u
 #define PRIV_UID_SPAN 65536u
 #define MAX_DIRECT 64
+#define DEFAULT_PROXY_PORT 3128
 
 struct sbx_session {
 	pid_t zygote;
@@ -68,52 +69,52 @@ struct sbx_session {
 	int direct_pidfds[MAX_DIRECT]; /* backend "none": inits to reap */
 	size_t n_direct;
 	sbx_gpu gpu;
+	sbx_net net;        /* the network ceiling */
+	int proxy_listener; /* allowlist: the listening socket inside, or -1 */
+	sbx_opennet open;   /* open: the pasta that connects its namespace */
+	/* A warm init of each mode that came while a run of another mode
+	 * waited: kept for the next run of its mode (sock -1: none). */
+	struct {
+		int sock, pidfd;
+	} spare[SBX_NET_NMODES];
 	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
 };
 
 /* Wait for the zygote's next offer of a warm init. */
-static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
+static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_err *err)
 {
 	struct sbx_proto_offer off;
-	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = {&off, sizeof(off)};
-	struct msghdr mh;
 	struct pollfd pfd = {s->ctl_fd, POLLIN, 0};
 	int fds[2] = {-1, -1}, pr;
+	size_t nfds;
 
 	while ((pr = poll(&pfd, 1, READY_TIMEOUT_MS)) < 0 && errno == EINTR)
 		;
 	if (pr == 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
 				   "the sandbox did not offer a run within %d ms", READY_TIMEOUT_MS);
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	mh.msg_control = u.buf;
-	mh.msg_controllen = sizeof(u.buf);
-	ssize_t n;
-	while ((n = recvmsg(s->ctl_fd, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
+	memset(&off, 0, sizeof(off));
+	ssize_t n = sbx_proto_recv_fds(s->ctl_fd, &off, sizeof(off), fds, 2, &nfds);
 	if (n <= 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	if (c && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(fds)))
-		memcpy(fds, CMSG_DATA(c), sizeof(fds));
-	if (n != sizeof(off) || off.magic != SBX_PROTO_MAGIC || off.err_no != 0 || fds[0] < 0 ||
-	    fds[1] < 0) {
-		for (int i = 0; i < 2; i++)
-			if (fds[i] >= 0)
-				close(fds[i]);
+	if (n != sizeof(off) || off.magic != SBX_PROTO_MAGIC || off.err_no != 0 || nfds != 2) {
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
 		return sbx_err_set(err, SBX_E_EXECUTION, off.err_no,
 				   "the sandbox could not prepare a run: %s",
 				   off.err_no ? strerror(off.err_no) : "garbled offer");
 	}
 	*pidfd = fds[0];
 	*sock = fds[1];
+	*mode = (sbx_net)off.mode;
 	return 0;
+}
+
+static int send_want(sbx_session *s, sbx_net mode)
+{
+	struct sbx_proto_want want = {SBX_PROTO_MAGIC, (uint32_t)mode};
+	/* A full socket cannot happen: one want per offer. */
+	return send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -1 : 0;
 }
 
 /* Reap the direct inits (backend "none") that have ended. */
@@ -204,26 +205,49 @@ static bool direct_expired(sbx_session *s)
 	return true;
 }
 
-int sbx_session_take_warm(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err)
 {
-	uint32_t want = SBX_PROTO_MAGIC;
-
+	if (mode > s->net)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "network_mode %s is wider than the session's %s", sbx_net_name(mode),
+				   sbx_net_name(s->net));
 	if (s->none && direct_expired(s))
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session's lifetime has passed");
 	if (s->none)
 		return take_direct(s, sock, pidfd, err);
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
-	if (recv_offer(s, sock, pidfd, err) < 0)
-		return -1;
-	/* Ask for the next one now: the zygote prepares it while this run
-	 * goes on.  A full socket cannot happen: one request per offer. */
-	if (send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-		close(*sock);
-		close(*pidfd);
-		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	/* Every offer we take (used, set aside or dropped) asks for the
+	 * next one, in the mode of the run that took it: the zygote prepares
+	 * it while this run goes on.  Offers of another mode are set aside
+	 * for the next run of theirs (one per mode), so runs alternating
+	 * between modes stay warm; after at most warm_runs of them one of
+	 * ours comes. */
+	for (;;) {
+		sbx_net got = SBX_NET_BLOCKED;
+		if (s->spare[mode].sock >= 0) {
+			*sock = s->spare[mode].sock;
+			*pidfd = s->spare[mode].pidfd;
+			s->spare[mode].sock = s->spare[mode].pidfd = -1;
+			got = mode;
+		} else if (recv_offer(s, sock, pidfd, &got, err) < 0) {
+			return -1;
+		}
+		if (send_want(s, mode) < 0) {
+			close(*sock);
+			close(*pidfd);
+			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+		}
+		if (got == mode)
+			return 0;
+		if (got < SBX_NET_NMODES && s->spare[got].sock < 0) {
+			s->spare[got].sock = *sock;
+			s->spare[got].pidfd = *pidfd;
+		} else {
+			close(*sock);
+			close(*pidfd);
+		}
 	}
-	return 0;
 }
 
 const char *sbx_session_work_dir(const sbx_session *s)
@@ -270,6 +294,43 @@ int64_t sbx_session_oom_kills(const sbx_session *s)
 const char *const *sbx_session_gpu_nodes(const sbx_session *s)
 {
 	return s->gpu.inside_node;
+}
+
+sbx_net sbx_session_network_mode(const sbx_session *s)
+{
+	return s->net;
+}
+
+int sbx_session_proxy_listener(const sbx_session *s, sbx_err *err)
+{
+	if (s->proxy_listener < 0)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "the session's network_mode is %s: it has no proxy listener",
+				   sbx_net_name(s->net));
+	int fd = fcntl(s->proxy_listener, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
+	return fd;
+}
+
+/* open: the host connects the open namespace to the outside (opennet.c);
+ * userns sessions' namespaces belong to the session's user namespace,
+ * which pasta and nft must join. */
+static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sbx_err *err)
+{
+	int userns = -1;
+	if (!s->privileged) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)s->zygote);
+		userns = open(path, O_RDONLY | O_CLOEXEC);
+		if (userns < 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
+					   strerror(errno));
+	}
+	int rc = sbx_opennet_start(&s->open, userns, open_ns, deny, err);
+	if (userns >= 0)
+		close(userns);
+	return rc;
 }
 
 const char *sbx_session_oom_path(const sbx_session *s)
@@ -434,6 +495,24 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
 }
 
+/* Zygote -> host: ready (or why not), with the allowlist listener and the
+ * open namespace when there are. */
+static int send_ready(int ctl_fd, struct sbx_proto_ready *ready, int listener, int open_ns)
+{
+	int fds[2];
+	size_t n = 0;
+
+	if (ready->kind == SBX_E_NONE && listener >= 0) {
+		fds[n++] = listener;
+		ready->fds |= SBX_READY_LISTENER;
+	}
+	if (ready->kind == SBX_E_NONE && open_ns >= 0) {
+		fds[n++] = open_ns;
+		ready->fds |= SBX_READY_OPEN_NS;
+	}
+	return sbx_proto_send_fds(ctl_fd, ready, sizeof(*ready), fds, n);
+}
+
 /* Child side: become the sandbox user, build the root, report, serve. */
 static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, const sbx_session *s,
 						   int sync_fd, int ctl_fd,
@@ -443,6 +522,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	struct sbx_zygote_cfg cfg;
 	sbx_err err;
 	char c;
+	int netns[SBX_NET_NMODES] = {-1, -1, -1}, listener = -1;
 
 	memset(&ready, 0, sizeof(ready));
 	ready.magic = SBX_PROTO_MAGIC;
@@ -477,15 +557,22 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	} else if (sbx_caps_drop_bounding(&err) == 0 &&
 		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
 				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
-				    s->privileged ? s->host_gid : SBX_SANDBOX_GID, &err) == 0) {
+				    s->privileged ? s->host_gid : SBX_SANDBOX_GID, &err) == 0 &&
+		   sbx_netns_prepare(netns, &listener, o->network_mode,
+				     o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT, &err) == 0) {
 		err.kind = SBX_E_NONE;
 	}
 	ready.err_no = err.sys_errno;
 	ready.kind = err.kind;
 	snprintf(ready.msg, sizeof(ready.msg), "%s", err.msg);
-	if (send(ctl_fd, &ready, sizeof(ready), MSG_NOSIGNAL) < 0 || err.kind != SBX_E_NONE)
+	if (send_ready(ctl_fd, &ready, listener, netns[SBX_NET_OPEN]) < 0 || err.kind != SBX_E_NONE)
 		_exit(1);
+	/* The host serves the listener; ours would only keep it open. */
+	if (listener >= 0)
+		close(listener);
 	memset(&cfg, 0, sizeof(cfg));
+	memcpy(cfg.netns_fd, netns, sizeof(netns));
+	cfg.warm_mode = o->network_mode;
 	cfg.ctl_fd = ctl_fd;
 	cfg.oom_fd = oom_fd;
 	/* The host made us immune where it could (CAP_SYS_RESOURCE). */
@@ -513,17 +600,28 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	sbx_zygote_main(&cfg);
 }
 
-static int wait_ready(sbx_session *s, sbx_err *err)
+/* The ready message; *open_ns receives the open namespace's fd (or -1). */
+static int wait_ready(sbx_session *s, int *open_ns, sbx_err *err)
 {
 	struct sbx_proto_ready ready;
 	struct pollfd pfd = {s->ctl_fd, POLLIN, 0};
+	int fds[2] = {-1, -1};
+	size_t nfds;
 
 	int n = poll(&pfd, 1, READY_TIMEOUT_MS);
 	if (n == 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
 				   "the sandbox did not become ready within %d ms",
 				   READY_TIMEOUT_MS);
-	ssize_t got = recv(s->ctl_fd, &ready, sizeof(ready), 0);
+	memset(&ready, 0, sizeof(ready));
+	ssize_t got = sbx_proto_recv_fds(s->ctl_fd, &ready, sizeof(ready), fds, 2, &nfds);
+	size_t i = 0;
+	if (got == (ssize_t)sizeof(ready) && (ready.fds & SBX_READY_LISTENER) && i < nfds)
+		s->proxy_listener = fds[i++];
+	if (got == (ssize_t)sizeof(ready) && (ready.fds & SBX_READY_OPEN_NS) && i < nfds)
+		*open_ns = fds[i++];
+	for (; i < nfds; i++)
+		close(fds[i]);
 	if (got != (ssize_t)sizeof(ready) || ready.magic != SBX_PROTO_MAGIC)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPIPE,
 				   "backend %s: the sandbox died while setting up", s->backend);
@@ -660,6 +758,14 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 				   "backend bubblewrap: no executable bwrap at %s (install it: "
 				   "apt-get install bubblewrap, or set SBX_BWRAP)",
 				   bwrap_path());
+	if (o->network_mode >= SBX_NET_NMODES)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "network_mode: unknown mode %d",
+				   (int)o->network_mode);
+	if (o->network_mode != SBX_NET_BLOCKED && s->none)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				   "network_mode %s needs backend \"userns\" or \"privileged\": "
+				   "%s has no per-session network namespace for the proxy or pasta",
+				   sbx_net_name(o->network_mode), o->backend);
 	if (o->gpus && !s->privileged)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
 				   "gpus = %u needs backend \"privileged\" (NVIDIA's driver refuses "
@@ -734,7 +840,7 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 
 sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 {
-	int sync[2] = {-1, -1}, ctl[2] = {-1, -1};
+	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, open_ns = -1;
 	struct sock_fprog *prog = NULL;
 	sbx_session *s;
 
@@ -758,7 +864,11 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	if (!s)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	s->zygote = -1;
-	s->ctl_fd = s->work_fd = s->lock_fd = -1;
+	s->ctl_fd = s->work_fd = s->lock_fd = s->proxy_listener = -1;
+	s->open.pidfd = -1;
+	for (int m = 0; m < SBX_NET_NMODES; m++)
+		s->spare[m].sock = s->spare[m].pidfd = -1;
+	s->net = o->network_mode;
 	for (int i = 0; i < SBX_GPU_MAX; i++)
 		s->gpu.lock_fd[i] = -1;
 	if (check_backend(s, o, err) < 0) {
@@ -875,8 +985,19 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	}
 	close(sync[1]);
 	sync[1] = -1;
-	if (wait_ready(s, err) < 0)
+	if (wait_ready(s, &open_ns, err) < 0)
 		goto fail;
+	if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
+	    (s->net >= SBX_NET_OPEN && open_ns < 0)) {
+		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+			    "the sandbox did not hand over its %s network", sbx_net_name(s->net));
+		goto fail;
+	}
+	if (open_ns >= 0 && connect_open(s, open_ns, o->open_deny, err) < 0)
+		goto fail;
+	if (open_ns >= 0)
+		close(open_ns);
+	open_ns = -1;
 	/* The zygote has its own copy; ours is no longer needed. */
 	sbx_seccomp_free(prog);
 	return s;
@@ -885,6 +1006,8 @@ fail:
 		if (sync[i] >= 0)
 			close(sync[i]);
 	}
+	if (open_ns >= 0)
+		close(open_ns);
 	if (ctl[1] >= 0)
 		close(ctl[1]);
 	sbx_seccomp_free(prog);
@@ -904,6 +1027,15 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 			;
 	}
 	reap_direct(s, true);
+	sbx_opennet_stop(&s->open);
+	for (int m = 0; m < SBX_NET_NMODES; m++) {
+		if (s->spare[m].sock >= 0) {
+			close(s->spare[m].sock);
+			close(s->spare[m].pidfd);
+		}
+	}
+	if (s->proxy_listener >= 0)
+		close(s->proxy_listener);
 	if (s->ctl_fd >= 0)
 		close(s->ctl_fd);
 	if (s->work_fd >= 0)

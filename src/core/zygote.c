@@ -31,46 +31,41 @@
 
 /* Offer a warm init to the host: pidfd and request socket travel as
  * SCM_RIGHTS; err_no != 0 says why there is none. */
-static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock)
+static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock, sbx_net mode)
 {
 	struct sbx_proto_offer off;
-	struct msghdr mh;
-	struct iovec iov = {&off, sizeof(off)};
-	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
 	int fds[2] = {pidfd, sock};
 
 	memset(&off, 0, sizeof(off));
 	off.magic = SBX_PROTO_MAGIC;
 	off.err_no = err_no;
 	off.pid = pid;
-	memset(&mh, 0, sizeof(mh));
-	mh.msg_iov = &iov;
-	mh.msg_iovlen = 1;
-	if (!err_no) {
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(fds));
-		memcpy(CMSG_DATA(c), fds, sizeof(fds));
-	}
-	while (sendmsg(ctl, &mh, MSG_NOSIGNAL) < 0 && errno == EINTR)
-		;
+	off.mode = mode;
+	(void)sbx_proto_send_fds(ctl, &off, sizeof(off), fds, err_no ? 0 : 2);
 }
 
 /* Start a warm init and offer it; the zygote keeps no copy of its fds, so
  * the host closing the socket unused ends it. */
-static void warm_offer(const struct sbx_zygote_cfg *cfg)
+static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 {
 	int sp[2], pidfd = -1;
+	int ns = mode < SBX_NET_NMODES ? cfg->netns_fd[mode] : -1;
 
+	if (ns < 0) {
+		offer(cfg->ctl_fd, ENETUNREACH, 0, -1, -1, mode);
+		return;
+	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
-		offer(cfg->ctl_fd, errno, 0, -1, -1);
+		offer(cfg->ctl_fd, errno, 0, -1, -1, mode);
+		return;
+	}
+	/* The init is born in the mode's namespace: we step into it for the
+	 * clone and back out (cheaper and simpler than the child doing it,
+	 * and a failure is ours to report). */
+	if (mode != SBX_NET_BLOCKED && setns(ns, CLONE_NEWNET) != 0) {
+		offer(cfg->ctl_fd, errno, 0, -1, -1, mode);
+		close(sp[0]);
+		close(sp[1]);
 		return;
 	}
 	/* With a memory ceiling, the OOM killer must take a run, never the
@@ -83,12 +78,17 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg)
 	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd);
 	if (cfg->oom_fd >= 0 && pid != 0)
 		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
+	/* Should we fail to step back, the zygote must not offer runs in the
+	 * wrong namespace: dying ends the session, which is what it is. */
+	if (pid != 0 && mode != SBX_NET_BLOCKED &&
+	    setns(cfg->netns_fd[SBX_NET_BLOCKED], CLONE_NEWNET) != 0)
+		_exit(1);
 	if (pid == 0) {
 		close(sp[0]);
 		sbx_init_main(cfg, sp[1]);
 	}
 	close(sp[1]);
-	offer(cfg->ctl_fd, pid < 0 ? errno : 0, pid, pidfd, sp[0]);
+	offer(cfg->ctl_fd, pid < 0 ? errno : 0, pid, pidfd, sp[0], mode);
 	close(sp[0]);
 	if (pidfd >= 0)
 		close(pidfd);
@@ -124,7 +124,7 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 	/* Each offer the host takes asks for one more, so as many stay
 	 * outstanding as were made here. */
 	for (uint32_t i = 0; i < cfg->warm_runs; i++)
-		warm_offer(cfg);
+		warm_offer(cfg, cfg->warm_mode);
 	for (;;) {
 		struct pollfd pfd[2] = {{cfg->ctl_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
 		int timeout = -1;
@@ -147,13 +147,14 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 				;
 		}
 		if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-			uint32_t want;
+			struct sbx_proto_want want;
 			ssize_t n = recv(cfg->ctl_fd, &want, sizeof(want), 0);
 			if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 				_exit(0);
-			/* The host took the last offer (or found it dead). */
-			if (n == sizeof(want) && want == SBX_PROTO_MAGIC)
-				warm_offer(cfg);
+			/* The host took the last offer, or turned it down
+			 * (found it dead, or of another mode). */
+			if (n == sizeof(want) && want.magic == SBX_PROTO_MAGIC)
+				warm_offer(cfg, (sbx_net)want.mode);
 		}
 	}
 }

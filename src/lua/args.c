@@ -220,3 +220,18 @@ void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods
 	lua_setfield(L, -2, "__metatable");
 	lua_pop(L, 1);
 }
+
+sbx_net lsbx_opt_net(lua_State *L, int idx)
+{
+	static const char *const names[] = { "blocked", "allowlist", "open", NULL };
+	const char *v = lsbx_opt_string(L, idx, "network_mode");
+
+	if (!v)
+		return SBX_NET_BLOCKED;
+	for (int i = 0; names[i]; i++)
+		if (!strcmp(v, names[i]))
+			return (sbx_net)i;
+	luaL_error(L, "field 'network_mode': \"blocked\", \"allowlist\" or \"open\" expected, got %s",
+		   v);
+	return SBX_NET_BLOCKED;
+}

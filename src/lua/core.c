@@ -42,7 +42,8 @@ static const char *const session_fields[] = {
 	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
 	"seccomp_deny", "host_uid", "tmp_bytes", "shm_bytes", "lifetime_ms", "memory_bytes",
 	"cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile", "fsize_bytes", "run_uid",
-	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", "warm_runs", NULL,
+	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", "warm_runs", "network_mode", "proxy_port",
+	"open_deny", NULL,
 };
 
 static const char *const bind_fields[] = { "path", "writable", NULL };
@@ -127,6 +128,9 @@ static int l_session_open(lua_State *L)
 	o.gpu_paths = lsbx_opt_strv(L, 1, "gpu_paths", false, NULL);
 	o.gpu_shared = lsbx_opt_bool(L, 1, "gpu_shared", false);
 	o.warm_runs = (uint32_t)lsbx_opt_int(L, 1, "warm_runs", 0, SBX_MAX_WARM_RUNS, 0);
+	o.network_mode = lsbx_opt_net(L, 1);
+	o.proxy_port = (uint16_t)lsbx_opt_int(L, 1, "proxy_port", 0, 65535, 0);
+	o.open_deny = lsbx_opt_strv(L, 1, "open_deny", false, NULL);
 
 	/* The userdata exists before the session does, so that no Lua error
 	 * (out of memory) can come between opening and owning it. */
@@ -355,6 +359,21 @@ static int l_monotonic_ms(lua_State *L)
 	return 1;
 }
 
+/* s:proxy_listener() -> fd (the caller's) | nil, err */
+static int l_session_proxy_listener(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	sbx_err err = { 0 };
+
+	if (!ud->s)
+		return lsbx_push_fail(L, SBX_E_SESSION_CLOSED, "the session is closed");
+	int fd = sbx_session_proxy_listener(ud->s, &err);
+	if (fd < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushinteger(L, fd);
+	return 1;
+}
+
 static const luaL_Reg session_methods[] = {
 	{ "run", lsbx_session_run },
 	{ "put", l_session_put },
@@ -366,6 +385,7 @@ static const luaL_Reg session_methods[] = {
 	{ "cpu_usage_us", l_session_cpu_usage },
 	{ "oom_kills", l_session_oom_kills },
 	{ "gpu_nodes", l_session_gpu_nodes },
+	{ "proxy_listener", l_session_proxy_listener },
 	{ NULL, NULL },
 };
 
@@ -395,6 +415,7 @@ int luaopen_sbx_core(lua_State *L)
 	lsbx_run_register(L);
 
 	luaL_newlib(L, core_functions);
+	lsbx_proxy_register(L);
 	lua_pushliteral(L, SBX_VERSION);
 	lua_setfield(L, -2, "version");
 	lua_newtable(L);

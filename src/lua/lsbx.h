@@ -36,6 +36,11 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx);
 int lsbx_session_run(lua_State *L);
 /* Create the run metatable. */
 void lsbx_run_register(lua_State *L);
+/* ---- proxy.c ---- */
+
+/* Add proxy_new and proxy_spawn to the module table on the stack top. */
+void lsbx_proxy_register(lua_State *L);
+
 /* Register the metatable of a userdata class: methods as __index, gc and
  * tostring as metamethods, and the name as __metatable so Lua code can
  * neither read nor replace it. */
@@ -65,6 +70,8 @@ int64_t lsbx_arg_int(lua_State *L, int idx, const char *what, int64_t min, int64
 		     int64_t def);
 /* A boolean field, def when absent. */
 bool lsbx_opt_bool(lua_State *L, int idx, const char *field, bool def);
+/* Field "network_mode": "blocked" (also when absent), "allowlist", "open". */
+sbx_net lsbx_opt_net(lua_State *L, int idx);
 /* A boolean argument, def when none or nil. */
 bool lsbx_arg_bool(lua_State *L, int idx, const char *what, bool def);
 /*

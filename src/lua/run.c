@@ -71,7 +71,8 @@ static void sigpipe_restore(const sigset_t *old, bool was_pending)
 }
 
 static const char *const run_fields[] = {
-	"argv", "env", "cwd", "stdin", "stdout", "stderr", "stdin_data", "timeout_ms", "grace_ms", NULL,
+	"argv", "env", "cwd", "stdin", "stdout", "stderr", "stdin_data", "timeout_ms", "grace_ms",
+	"network_mode", NULL,
 };
 
 static lsbx_run *check_run(lua_State *L, int idx)
@@ -126,6 +127,7 @@ int lsbx_session_run(lua_State *L)
 		luaL_error(L, "field 'stdin_data': needs stdin = \"pipe\"");
 	o.timeout_ms = (uint32_t)lsbx_opt_int(L, 2, "timeout_ms", 0, UINT32_MAX, 0);
 	o.grace_ms = (uint32_t)lsbx_opt_int(L, 2, "grace_ms", 0, UINT32_MAX, 0);
+	o.network_mode = lsbx_opt_net(L, 2);
 
 	if (!sess->s)
 		return lsbx_push_fail(L, SBX_E_SESSION_CLOSED, "the session is closed");

@@ -15,7 +15,9 @@
  * close every session, exit 0.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,10 +111,14 @@ static int lua_start(sbx_srv *S)
 	S->stats_ref = field_ref(L, -1, "stats");
 	S->shutdown_ref = field_ref(L, -1, "shutdown");
 	S->reload_ref = field_ref(L, -1, "reload_policy");
+	S->proxy_fd_ref = field_ref(L, -1, "proxy_fd");
+	S->proxy_step_ref = field_ref(L, -1, "proxy_step");
 	lua_pop(L, 1);
 	if (S->handle_ref == LUA_NOREF || S->tick_ref == LUA_NOREF || S->stats_ref == LUA_NOREF ||
-	    S->shutdown_ref == LUA_NOREF || S->reload_ref == LUA_NOREF) {
-		fprintf(stderr, "sbxd: sbx.server lacks handle/tick/stats/shutdown/reload_policy\n");
+	    S->shutdown_ref == LUA_NOREF || S->reload_ref == LUA_NOREF ||
+	    S->proxy_fd_ref == LUA_NOREF || S->proxy_step_ref == LUA_NOREF) {
+		fprintf(stderr, "sbxd: sbx.server lacks handle/tick/stats/shutdown/reload_policy/"
+				"proxy_fd/proxy_step\n");
 		return -1;
 	}
 	return 0;
@@ -150,6 +156,45 @@ static void on_second(h2o_timeout_entry_t *e)
 		}
 	}
 	h2o_timeout_link(S->ctx.loop, &S->second_timeout, &S->second_entry);
+}
+
+/* The proxy has work: connections to accept, bytes to move, names
+ * resolved.  Its step never blocks; we go on while it stays ready, a
+ * bounded number of times so that HTTP/2 streams get their turn. */
+static void on_proxy(h2o_socket_t *sock, const char *err)
+{
+	sbx_srv *S = sbx_srv_g;
+	struct pollfd pfd = {h2o_socket_get_fd(sock), POLLIN, 0};
+	(void)err;
+
+	for (int i = 0; i < 64; i++) {
+		call_lua(S, S->proxy_step_ref, "proxy_step");
+		if (poll(&pfd, 1, 0) != 1)
+			break;
+	}
+}
+
+/* Put the proxy's epoll fd on our loop. */
+static int proxy_watch(sbx_srv *S)
+{
+	lua_State *L = S->L;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, S->proxy_fd_ref);
+	if (lua_pcall(L, 0, 1, 0) != 0 || !lua_isnumber(L, -1)) {
+		fprintf(stderr, "sbxd: proxy_fd(): %s\n",
+			lua_isstring(L, -1) ? lua_tostring(L, -1) : "no fd");
+		lua_pop(L, 1);
+		return -1;
+	}
+	int fd = (int)lua_tointeger(L, -1);
+	lua_pop(L, 1);
+	/* h2o closes the socket's fd when it disposes of it: give it a copy,
+	 * the proxy keeps its own. */
+	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (dup < 0)
+		return -1;
+	S->proxysock = h2o_evloop_socket_create(S->ctx.loop, dup, H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(S->proxysock, on_proxy);
+	return 0;
 }
 
 static void on_signal(h2o_socket_t *sock, const char *err)
@@ -348,6 +393,8 @@ int main(int argc, char **argv)
 	}
 	S.sigsock = h2o_evloop_socket_create(S.ctx.loop, sfd, H2O_SOCKET_FLAG_DONT_READ);
 	h2o_socket_read_start(S.sigsock, on_signal);
+	if (proxy_watch(&S) != 0)
+		return 1;
 
 	if (sbx_srv_listen_start(&S, &err) != 0) {
 		fprintf(stderr, "sbxd: %s\n", err.msg);

@@ -39,12 +39,31 @@ void sbx_srv_metrics_run(const char *outcome, double seconds)
 	sbx_srv_m.latency_count++;
 }
 
-/* Lua stats(): { sessions_open =, policy_denials = }; 0s when it fails. */
-static void lua_stats(sbx_srv *S, double *open, double *denials)
+/* The allowlist proxy's figures, as sbx.server's stats() names them. */
+static const struct {
+	const char *field, *metric, *type, *help;
+} proxy_metrics[] = {
+	{"proxy_accepted", "sbxd_proxy_connections_total", "counter",
+	 "Connections to sessions' allowlist proxies."},
+	{"proxy_allowed", "sbxd_proxy_allowed_total", "counter", "Proxy requests let through."},
+	{"proxy_refused", "sbxd_proxy_refused_total", "counter",
+	 "Proxy requests refused by the policy (deny-list, allow-list, private address, hook)."},
+	{"proxy_failed", "sbxd_proxy_failed_total", "counter",
+	 "Proxy requests that failed: bad request, unreachable target, timeout."},
+	{"proxy_active", "sbxd_proxy_connections_active", "gauge", "Proxy connections open now."},
+	{"proxy_bytes_up", "sbxd_proxy_bytes_up_total", "counter", "Bytes from sandboxes out."},
+	{"proxy_bytes_down", "sbxd_proxy_bytes_down_total", "counter", "Bytes to sandboxes."},
+};
+#define N_PROXY_METRICS (sizeof(proxy_metrics) / sizeof(proxy_metrics[0]))
+
+/* Lua stats(): { sessions_open =, policy_denials =, proxy_* = }; 0s when it fails. */
+static void lua_stats(sbx_srv *S, double *open, double *denials, double *proxy)
 {
 	lua_State *L = S->L;
 
 	*open = *denials = 0;
+	for (size_t i = 0; i < N_PROXY_METRICS; i++)
+		proxy[i] = 0;
 	lua_rawgeti(L, LUA_REGISTRYINDEX, S->stats_ref);
 	if (lua_pcall(L, 0, 1, 0) != 0) {
 		sbx_srv_log(SRV_LOG_ERROR, "msg=\"stats() failed\" err=\"%s\"",
@@ -58,6 +77,11 @@ static void lua_stats(sbx_srv *S, double *open, double *denials)
 		lua_getfield(L, -2, "policy_denials");
 		*denials = lua_tonumber(L, -1);
 		lua_pop(L, 2);
+		for (size_t i = 0; i < N_PROXY_METRICS; i++) {
+			lua_getfield(L, -1, proxy_metrics[i].field);
+			proxy[i] = lua_tonumber(L, -1);
+			lua_pop(L, 1);
+		}
 	}
 	lua_pop(L, 1);
 }
@@ -67,11 +91,11 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 	char *buf = NULL;
 	size_t size = 0;
 	FILE *f = open_memstream(&buf, &size);
-	double open, denials;
+	double open, denials, proxy[N_PROXY_METRICS];
 
 	if (!f)
 		return NULL;
-	lua_stats(S, &open, &denials);
+	lua_stats(S, &open, &denials, proxy);
 	fprintf(f,
 		"# HELP sbxd_sessions_open Sessions open now.\n# TYPE sbxd_sessions_open gauge\n");
 	fprintf(f, "sbxd_sessions_open %.0f\n", open);
@@ -121,6 +145,10 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 		"# TYPE sbxd_streams_reset_before_start_total counter\n");
 	fprintf(f, "sbxd_streams_reset_before_start_total %lu\n",
 		(unsigned long)sbx_srv_m.resets_before_start);
+	for (size_t i = 0; i < N_PROXY_METRICS; i++)
+		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.0f\n", proxy_metrics[i].metric,
+			proxy_metrics[i].help, proxy_metrics[i].metric, proxy_metrics[i].type,
+			proxy_metrics[i].metric, proxy[i]);
 	fclose(f);
 	*len = size;
 	return buf;

@@ -68,13 +68,15 @@ typedef struct sbx_srv {
 	h2o_accept_ctx_t accept_ctx;
 	h2o_socket_t *listener;
 	h2o_socket_t *sigsock;
+	h2o_socket_t *proxysock; /* the allowlist proxy's epoll fd (sbx_proxy.h) */
 	h2o_timeout_t zero_timeout, tick_timeout, second_timeout;
 	h2o_timeout_entry_t second_entry;
 	char *unix_path; /* unlinked at exit */
 
 	/* Lua */
 	lua_State *L;
-	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref;
+	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref, proxy_fd_ref,
+		proxy_step_ref;
 
 	/* auth */
 	sbx_srv_token *tokens;

@@ -5,6 +5,7 @@
 # backend_bench.lua (open/close and exec latency per backend),
 # policy_overhead.lua, the policy engine's time per run, and
 # remote_bench.lua, sbxd's HTTP/2 API against on-device, and
+# netmode_bench.lua, what per-run network modes cost, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
 # loopback.
 #
@@ -22,6 +23,10 @@ echo
 # The policy engine's overhead per run with policies/default.lua (issue 4).
 echo
 "$build/bin/sbxlua" tests/bench/policy_overhead.lua
+# Per-run network modes: same mode vs alternating, and session open per
+# network ceiling (issue 5).
+echo
+"$build/bin/sbxlua" tests/bench/netmode_bench.lua 2>/dev/null
 # The allow-list proxy: CONNECT setup latency and tunnel throughput vs
 # direct loopback, in the same run (issue 5).
 echo

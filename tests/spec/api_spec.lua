@@ -78,7 +78,7 @@ describe("sbx.session", function()
     -- GPUs need the privileged backend; "none" must be listed by the policy.
     T.expect("BackendUnavailable", sbx.session, { gpus = 1 })
     T.expect("PolicyDenied", sbx.session, { backend = "none" })
-    T.expect("BackendUnavailable", sbx.session, { network_mode = "open" })
+    T.expect("BackendUnavailable", sbx.session, { backend = "bubblewrap", network_mode = "open" })
     T.expect("PolicyDenied", sbx.session, { read_only_paths = { "/etc" } })
     T.expect("PolicyDenied", sbx.session, { policy = "/nonexistent.lua" })
   end)

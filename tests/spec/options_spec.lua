@@ -80,14 +80,20 @@ describe("session options", function()
     assert.are.equal("backend", e.option)
   end)
 
-  it("only build network_mode blocked, and check the others' names", function()
+  it("take every network mode on userns, none of the wider ones where no namespace is kept", function()
+    for _, m in ipairs { "blocked", "allowlist", "open" } do
+      assert.are.equal(m, session_opts({ network_mode = m }).network_mode)
+    end
     for _, m in ipairs { "allowlist", "open" } do
-      local e = T.expect("BackendUnavailable", session_opts, { network_mode = m })
-      assert.matches("networking", e.message, 1, true)
+      local e = T.expect("BackendUnavailable", session_opts, { backend = "bubblewrap", network_mode = m })
+      assert.matches("network namespace per session", e.message, 1, true)
     end
     T.expect("InvalidArgument", session_opts, { network_mode = "wide-open" })
+    -- An allow-list means nothing to a blocked session.
     local e = T.expect("InvalidArgument", session_opts, { network_allowlist = sbx.PYPI_HOSTS })
     assert.are.equal("network_allowlist", e.option)
+    assert.are.same(sbx.PYPI_HOSTS,
+      session_opts({ network_mode = "allowlist", network_allowlist = sbx.PYPI_HOSTS }).network_allowlist)
     local o = session_opts { network_denylist = { "10.0.0.0/8" } }
     assert.are.equal("10.0.0.0/8", o.network_denylist[#o.network_denylist])
   end)

@@ -204,6 +204,33 @@ function M.unwrap(addr)
   return nil
 end
 
+-- Ranges that are never "the internet": the proxy refuses an address in
+-- one unless the allow-list names it (a CIDR entry that contains it).
+local SPECIAL = {
+  { "0.0.0.0/8", "unspecified" }, { "10.0.0.0/8", "private" }, { "100.64.0.0/10", "shared (CGNAT)" },
+  { "127.0.0.0/8", "loopback" }, { "169.254.0.0/16", "link-local" }, { "172.16.0.0/12", "private" },
+  { "192.0.0.0/24", "IETF protocol assignments" }, { "192.168.0.0/16", "private" },
+  { "198.18.0.0/15", "benchmarking" }, { "224.0.0.0/4", "multicast" }, { "240.0.0.0/4", "reserved" },
+  { "::/128", "unspecified" }, { "::1/128", "loopback" }, { "fc00::/7", "unique local (private)" },
+  { "fe80::/10", "link-local" }, { "ff00::/8", "multicast" },
+}
+local special_cidrs
+
+-- special(addr) -> what kind of non-public address it is, or nil.  An
+-- address wrapping an IPv4 one (mapped, NAT64, 6to4, Teredo) is judged by
+-- both.
+function M.special(addr)
+  if not special_cidrs then
+    special_cidrs = {}
+    for i, e in ipairs(SPECIAL) do special_cidrs[i] = { M.parse_cidr(e[1]), e[2] } end
+  end
+  local inner = M.unwrap(addr)
+  for _, e in ipairs(special_cidrs) do
+    if M.in_cidr(addr, e[1]) or (inner and M.in_cidr(inner, e[1])) then return e[2] end
+  end
+  return nil
+end
+
 function M.tostring(addr)
   if addr.v == 4 then
     local n = addr.n

@@ -44,11 +44,13 @@ local M = {}
 local cfg = {}
 local sessions = {}      -- id -> record
 local tenants = {}       -- tenant -> { sessions = n, runs = n }
-local counters = { policy_denials = 0 }
+local counters = { policy_denials = 0, proxy_refusals = 0 }
+local proxy_host -- below: serves allowlist sessions' proxies on our loop
 
 -- Session options a remote client may not set: they name host paths or
 -- files of the server (the policy is the server's).
-local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_runs = true }
+local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_runs = true,
+  proxy_host = true }
 
 local ARRAY = { __array = true }
 local function array(t) return setmetatable(t, ARRAY) end
@@ -196,6 +198,7 @@ local function create_session(req)
   for k, v in pairs(body) do opts[k] = v end
   opts.policy = cfg.engine
   opts.warm_runs = cfg.warm_runs
+  opts.proxy_host = proxy_host
   local ok, s = pcall(session.open, opts)
   if not ok then return from_error(s) end
   local rec = {
@@ -271,19 +274,7 @@ local function start_run(req, rec)
       if st.closed then
         return nil, errors.SessionClosed(("session %s is closed"):format(rec.s.name))
       end
-      local r, kind, msg = st.core:run {
-        argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
-        stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
-      }
-      if not r then
-        if kind == "SessionClosed" then
-          return nil, errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg)))
-        elseif kind == "InvalidArgument" then
-          return nil, errors.InvalidArgument("cmd", msg)
-        end
-        return nil, errors.SandboxExecutionError(("the run did not start: %s"):format(tostring(msg)), st.backend, 0)
-      end
-      return r
+      return session.core_run(st, o)
     end,
     finish = function()
       if finished then return end
@@ -398,6 +389,41 @@ function M.handle(req)
   return fail(404, "NotFound", "no route " .. method .. " " .. path:sub(1, 200))
 end
 
+-- The allowlist proxy of every session, on sbxd's event loop (main.c
+-- watches M.proxy_fd() and calls M.proxy_step() when it is readable).
+-- Each session's listener is tagged with its id; the session's own
+-- decide function (sbx.session: engine:proxy_verdict with its context)
+-- answers for it.
+local proxy_routes = {}
+proxy_host = {
+  add = function(_, fd, id, decide)
+    local ok, kind, msg = cfg.proxy:add(fd, id)
+    if not ok then errors.raise(errors.from_core(kind, msg)) end
+    proxy_routes[id] = decide
+  end,
+  remove = function(_, id)
+    cfg.proxy:remove(id)
+    proxy_routes[id] = nil
+  end,
+}
+
+local function proxy_decide(q)
+  local decide = proxy_routes[q.tag]
+  if not decide then return { allow = false, reason = "the session is gone" } end
+  local v = decide(q)
+  if type(v) == "table" and v.allow == false then counters.proxy_refusals = counters.proxy_refusals + 1 end
+  return v
+end
+
+function M.proxy_fd() return cfg.proxy:fd() end
+
+function M.proxy_step()
+  local ok, kind, msg = cfg.proxy:step(0)
+  if not ok then
+    io.stderr:write(("ts=- level=error event=proxy err=%q\n"):format(tostring(msg or kind)))
+  end
+end
+
 function M.init(c)
   cfg.policy = c.policy
   cfg.max_sessions = c.max_sessions or 16
@@ -421,6 +447,10 @@ function M.init(c)
   local ok, e = pcall(policy.load, c.policy)
   if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
   cfg.engine = e
+  cfg.proxy = core.proxy_new {
+    decide = proxy_decide,
+    log = function(line) io.stderr:write("ts=- level=info event=proxy ", line, "\n") end,
+  }
   return true
 end
 
@@ -440,7 +470,11 @@ end
 function M.stats()
   local n = 0
   for _ in pairs(sessions) do n = n + 1 end
-  return { sessions_open = n, policy_denials = counters.policy_denials }
+  local px = cfg.proxy and cfg.proxy:stats() or {}
+  return { sessions_open = n, policy_denials = counters.policy_denials,
+    proxy_accepted = px.accepted or 0, proxy_allowed = px.allowed or 0,
+    proxy_refused = px.refused or 0, proxy_failed = px.failed or 0, proxy_active = px.active or 0,
+    proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0 }
 end
 
 function M.shutdown()
