@@ -1,17 +1,20 @@
--- examples/networking.lua: per-call networking.  The intended sequence is
--- blocked -> allowlist (install a package from PyPI) -> blocked again.
---
--- HONEST STATUS: only network_mode = "blocked" is built.  The allowlist
--- proxy is the networking issue's work; until it lands, asking for
--- "allowlist" fails closed with BackendUnavailable (it is never silently
--- ignored), and this script shows exactly that.  Once it lands, the middle
--- step opens an allowlist session and tries the install.
+-- examples/networking.lua: per-call networking in one session, the way an
+-- agent installs a dependency: blocked -> allowlist (fetch from PyPI
+-- through the enforcing proxy) -> blocked again.
 --
 --   build/bin/sbxlua examples/networking.lua
+--
+-- The session's network_mode is the ceiling ("allowlist" here); each run
+-- asks for what it needs, never more.  On a machine without internet the
+-- allowlist step reports that PyPI could not be reached; what it shows
+-- either way is that the proxy lets PyPI through and refuses the rest.
+-- (make test runs it inside a fake internet, tests/net, with
+-- SBX_EXAMPLE_CA naming the fake PyPI's certificate authority.)
 local sbx = require "sbx"
 
--- A probe run inside the sandbox: try DNS and a direct TCP connection (to
--- 192.0.2.1, TEST-NET-1: reserved for documentation, never routed).
+-- A probe run inside the sandbox: DNS, and a direct TCP connection that
+-- does not use the proxy (to 192.0.2.1, TEST-NET-1: reserved for
+-- documentation, never routed).
 local PROBE = [[
 import socket
 for what, target in (("dns", "pypi.org"), ("tcp", ("192.0.2.1", 443))):
@@ -25,29 +28,36 @@ for what, target in (("dns", "pypi.org"), ("tcp", ("192.0.2.1", 443))):
         print(what, "blocked:", type(e).__name__, e.strerror or e)
 ]]
 
-local function probe(s, label)
-  local r = s:exec({ "python3", "-c", PROBE }, { timeout_s = 20 })
+local function probe(s, label, mode)
+  local r = s:exec({ "python3", "-c", PROBE }, { timeout_s = 20, network_mode = mode })
   for line in r.stdout:gmatch("[^\n]+") do print(label .. ": " .. line) end
 end
 
--- 1. blocked (the default): a network namespace with only lo.
-local s = sbx.session { backend = "userns" }
-print("network_mode: blocked (the default)")
-probe(s, "blocked")
+local s = sbx.session { backend = "userns", network_mode = "allowlist",
+                        network_allowlist = sbx.PYPI_HOSTS }
 
--- 2. allowlist: PyPI only.
-local ok, a = pcall(sbx.session, { backend = "userns", network_mode = "allowlist",
-  network_allowlist = sbx.PYPI_HOSTS })
-if ok then
-  print("allowlist: session opened")
-  local r = a:exec("python3 -m pip download --no-deps -d /tmp/pkgs six", { timeout_s = 120 })
-  print("allowlist: pip download exit", r.returncode)
-  a:close()
-else
-  -- Today: BackendUnavailable, naming what is missing and how to fix.
-  print("allowlist:", a.kind, a.missing or a.message)
+-- 1. blocked: a network namespace with only lo (no proxy listener either).
+probe(s, "blocked", "blocked")
+
+-- 2. allowlist: HTTPS_PROXY points at the proxy inside the namespace.
+local ca = os.getenv("SBX_EXAMPLE_CA")
+local curl = "curl -sS --max-time 20 -o /dev/null -w '%{http_code}' "
+if ca then
+  s:put_bytes("ca.pem", assert(io.open(ca)):read("*a"))
+  curl = curl .. "--cacert ca.pem "
 end
+local r = s:exec(curl .. "https://pypi.org/simple/", { network_mode = "allowlist" })
+print(("allowlist: pypi.org -> %s"):format(r.returncode == 0 and "HTTP " .. r.stdout
+  or "unreachable (" .. r.stderr:gsub("%s+$", "") .. ")"))
+r = s:exec(curl .. "https://example.com/", { network_mode = "allowlist" })
+print(("allowlist: example.com -> %s"):format(r.stderr:match("response (%d+)") and
+  "refused by the proxy (" .. r.stderr:match("response (%d+)") .. ")" or r.stderr))
+probe(s, "allowlist", "allowlist")
 
--- 3. blocked again: the first session never changed.
-probe(s, "blocked again")
+-- 3. blocked again, in the same session.
+probe(s, "blocked again", "blocked")
+
+-- A run cannot widen its session's ceiling.
+local ok, e = pcall(s.exec, s, "true", { network_mode = "open" })
+print("open:", ok and "allowed?!" or e.kind)
 s:close()

@@ -60,16 +60,32 @@ describe("examples", function()
     has(out, "no_curl")
   end)
 
-  it("networking.lua: blocked, then allowlist (fails closed until networking lands), blocked", function()
-    local out, rc = run("examples/networking.lua")
+  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked", function()
+    -- In a fake internet (tests/net) whose DNS puts pypi.org and
+    -- example.com on a test server; the host side runs in its namespace.
+    local F = require "net.fakenet"
+    local ok, why = F.available()
+    if not ok then pending(why) return end
+    local net = F.up(F.unique("sbxex"))
+    local out, rc
+    local done, err = pcall(function()
+      net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2" }
+      out, rc = sh(("ip netns exec %s env SBX_EXAMPLE_CA=%s %s examples/networking.lua"):format(
+        H.q(net.host_ns), H.q(net:ca_file()), H.q(H.SBXLUA)))
+    end)
+    local queries = net:dns_queries()
+    net:down()
+    assert(done, err)
     assert.are.equal(0, rc, out)
     has(out, "blocked: dns blocked: gaierror")
     has(out, "blocked: tcp blocked: OSError Network is unreachable\n")
+    -- The fake PyPI answers 404 for /simple/: reached, through the proxy.
+    has(out, "allowlist: pypi.org -> HTTP 404\n")
+    has(out, "allowlist: example.com -> refused by the proxy (403)\n")
+    has(out, "allowlist: tcp blocked: OSError Network is unreachable\n")
     has(out, "blocked again: tcp blocked: OSError Network is unreachable\n")
-    -- Either the honest refusal of today, or (once the networking issue
-    -- lands) an allowlist session; never a silently ignored mode.
-    assert.is_truthy(out:find("allowlist:\tBackendUnavailable\t", 1, true)
-      or out:find("allowlist: session opened\n", 1, true), out)
+    has(out, "open:\tPolicyDenied\n")
+    for _, q in ipairs(queries) do assert.are_not.equal("example.com", q) end
   end)
 
   describe("remote, against a real sbxd", function()
