@@ -18,11 +18,12 @@ local Term = {}
 Term.__index = Term
 
 local n = 0
-local function term(history)
+local function term(history, args)
   n = n + 1
   local t = setmetatable({ sock = ("sbx-repl-spec-%d-%d"):format(n, os.time()) }, Term)
   sh(("tmux -L %s new-session -d -x 150 -y 45 %s"):format(t.sock,
-    H.q(("cd %s && SBXLUA_HISTORY=%s %s; sleep 30"):format(H.q(H.ROOT), H.q(history), H.q(H.SBXLUA)))))
+    H.q(("cd %s && SBXLUA_HISTORY=%s %s %s; sleep 30"):format(H.q(H.ROOT), H.q(history), H.q(H.SBXLUA),
+      args or ""))))
   t:wait_for("sbx>")
   return t
 end
@@ -146,5 +147,20 @@ describe("the sbxlua REPL under tmux", function()
     f:close()
     t:keys(":bogus", "<Enter>")
     t:wait_for("InvalidArgument: unknown or incomplete command ':bogus'")
+  end)
+
+  it("switches the network of the next ! runs with :net, within the session's ceiling", function()
+    local t = term(history, "--session-opts " .. H.q('{network_mode="allowlist", network_allowlist={"pypi.org"}}'))
+    finally(function() t:kill() end)
+    -- The session's own mode first: the proxy is there.
+    t:keys("!echo proxy=$HTTPS_PROXY; grep -c ' 0100007F:0C38 ' /proc/net/tcp", "<Enter>")
+    t:wait_for("proxy=http://127.0.0.1:3128\n1\nsbx>")
+    t:keys(":net blocked", "<Enter>")
+    t:wait_for("network_mode blocked for the next runs")
+    t:keys("!echo proxy=$HTTPS_PROXY; grep -c ' 0100007F:0C38 ' /proc/net/tcp", "<Enter>")
+    t:wait_for("proxy=\n0\n[exit 1]")
+    t:keys(":net open", "<Enter>")
+    t:keys("!true", "<Enter>")
+    t:wait_for("PolicyDenied")
   end)
 end)
