@@ -189,6 +189,36 @@ end
 
 -- ---- helper programs -------------------------------------------------------
 
+-- What the syscall sweeps try (tests/security/helpers/syscall_sweep.c: the
+-- baseline the filter refuses; progs/sweep.c: real attacks): every name
+-- must come back EPERM, ENOSYS or killed by SIGSYS, on every backend.
+M.SWEEP_BASELINE = {
+  "unshare_newuser", "unshare_newns", "unshare_newnet", "clone_newuser", "clone_newns",
+  "clone_newpid", "clone_newnet", "clone_newipc", "clone_newuts", "clone_newcgroup", "clone3",
+  "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
+  "fspick", "move_mount", "open_tree", "mount_setattr", "add_key", "request_key", "keyctl",
+  "bpf", "perf_event_open", "userfaultfd", "fanotify_init", "lookup_dcookie", "init_module",
+  "finit_module", "delete_module", "kexec_load", "kexec_file_load", "io_uring_setup",
+  "io_uring_enter", "io_uring_register", "swapon", "swapoff", "acct", "syslog", "reboot",
+  "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "sethostname",
+  "setdomainname", "iopl", "ioperm", "modify_ldt", "quotactl", "quotactl_fd", "nfsservctl",
+  "uselib", "ustat", "sysfs", "_sysctl", "vhangup", "ptrace_traceme", "ptrace_peek",
+  "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd", "open_by_handle_at",
+  "name_to_handle_at", "get_mempolicy", "set_mempolicy", "set_mempolicy_home_node", "mbind",
+  "migrate_pages", "move_pages", "mknod_chr", "mknod_blk", "ioctl_tiocsti",
+  "ioctl_tiocsti_highbits", "ioctl_tioclinux", "personality_linux32",
+  "personality_addr_no_randomize",
+}
+M.SWEEP_REAL = {
+  "unshare_newuser", "unshare_newns", "unshare_newnet", "clone_newuser", "clone3_newuser",
+  "setns", "mount", "umount2", "pivot_root", "fsopen", "fsmount", "open_tree", "move_mount",
+  "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "io_uring_setup",
+  "io_uring_enter", "io_uring_register", "open_by_handle_at", "userfaultfd", "init_module",
+  "finit_module", "delete_module", "kexec_load", "kexec_file_load", "swapon", "swapoff",
+  "acct", "syslog", "reboot", "ptrace_attach", "process_vm_readv", "ioctl_tiocsti",
+  "ioctl_tioclinux",
+}
+
 local bin_dir
 -- Compile tests/security/helpers/<name>.c (helper-1's), else
 -- tests/security/progs/<name>.c, once per busted process; returns the path
