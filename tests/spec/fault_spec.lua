@@ -231,6 +231,77 @@ describe_srv("kill -9 of sbxd", function()
   end)
 end)
 
+describe_srv("kill -9 of a host side with networked sessions", function()
+  local state
+
+  before_each(function() state = S.mktemp_dir("fault-net") end)
+  after_each(function() S.rmtree(state) end)
+
+  -- Every process below the host side, the proxy's and pasta's included,
+  -- must die with it: nothing may keep a namespace or a port alive.
+  local function kill_check(pid, what)
+    local below, n = descendants(pid)
+    local names = {}
+    for p in pairs(below) do names[#names + 1] = tostring(S.cmdline(p)) end
+    local all = table.concat(names, "\n")
+    return below, n, all
+  end
+
+  it("sbxd with an allowlist session holding a proxy connection and an open session (pasta)", function()
+    local srv = start(state)
+    local ok, err = pcall(function()
+      local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d",
+        '{"network_mode":"allowlist","network_allowlist":["pypi.org"]}')
+      assert.are.equal(201, status, body)
+      local sid = H.json_field(body, "id")
+      body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d", '{"network_mode":"open"}')
+      assert.are.equal(201, status, body)
+      -- A run that holds a connection to the proxy open.
+      local n, expr = marker()
+      curl_bg(srv, "/v1/sessions/" .. sid .. "/runs", "-H", JSON, "-d", ([[{"cmd":"python3 -c 'import socket,time; s=socket.create_connection((\"127.0.0.1\",3128)); time.sleep(60)' & exec sleep %s"}]]):format(expr))
+      assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) > 0 end, 10), srv:log())
+      assert.is_true(wait_until(function()
+        local m = srv:curl("/metrics", "-H", srv:auth())
+        return (tonumber(m:match("sbxd_proxy_connections_active (%d+)")) or 0) >= 1
+      end, 10), "the proxy connection never showed up")
+      local below, count, names = kill_check(srv.pid)
+      assert.is_truthy(names:find("pasta", 1, true), "no pasta below sbxd:\n" .. names)
+      assert.is_true(count >= 5, names)
+      srv:stop("KILL")
+      assert.is_true(wait_until(function() return #alive(below) == 0 end, 5),
+        "left behind:\n" .. table.concat(alive(below), "\n"))
+      assert.are.same({}, S.procs_exact("sleep " .. n))
+    end)
+    srv:cleanup()
+    assert(ok, err)
+  end)
+
+  it("sbxlua with an allowlist session: its proxy child dies with it", function()
+    local script = state .. "/hold.lua"
+    S.write_file(script, [[
+local sbx = require "sbx"
+local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" } }
+io.stdout:write("ready\n") io.stdout:flush()
+s:exec("sleep 60")
+]])
+    local out = state .. "/out"
+    local pid = S.sh(("SBX_STATE_DIR=%s %s %s >%s 2>&1 & echo $!"):format(S.q(state), S.q(S.SBXLUA),
+      S.q(script), S.q(out))):match("%d+")
+    assert.is_true(wait_until(function() return (S.read_file(out) or ""):find("ready", 1, true) end, 10),
+      S.read_file(out))
+    local below, _, names = kill_check(tonumber(pid))
+    assert.is_truthy(names:find("sbx-proxy", 1, true) or names:find(S.SBXLUA, 1, true), names)
+    local proxies = 0
+    for p in pairs(below) do
+      if (S.read_file("/proc/" .. p .. "/comm") or ""):find("sbx-proxy", 1, true) then proxies = proxies + 1 end
+    end
+    assert.are.equal(1, proxies, "one proxy child expected:\n" .. names)
+    os.execute("kill -9 " .. pid)
+    assert.is_true(wait_until(function() return #alive(below) == 0 end, 5),
+      "left behind:\n" .. table.concat(alive(below), "\n"))
+  end)
+end)
+
 describe_srv("client disconnects", function()
   local srv, sid, state
 
