@@ -392,6 +392,15 @@ function Session:get_bytes(path)
   return data
 end
 
+-- For hosts that stream a file rather than hold it (sbxd's GET): an fd
+-- on what get_bytes would read, and its size; the caller closes the fd.
+function Session:_open_file(path)
+  local st = live(self)
+  local fd, size_or_kind, msg = st.core:open_file(rel_path(st, path), st.max_file_bytes)
+  if not fd then errors.raise(file_error(size_or_kind, msg)) end
+  return fd, size_or_kind
+end
+
 function Session:handle()
   local st = live(self)
   return { kind = "sbx.local", id = st.id, name = st.name }

@@ -426,25 +426,17 @@ not_regular:
 			   sbx_type_name(st->st_mode));
 }
 
-int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes, char **out,
-		 size_t *out_len, sbx_err *err)
+int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes,
+		  uint64_t *size, sbx_err *err)
 {
 	char pbuf[PATH_MAX];
 	struct stat st;
-	size_t cap, limit, used = 0;
-	char *data;
-	int fd;
 
-	if (!out || !out_len)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "out and out_len are required");
-	*out = NULL;
-	*out_len = 0;
 	if (sbx_path_check(path, path_len, err) < 0)
 		return -1;
 	memcpy(pbuf, path, path_len);
 	pbuf[path_len] = '\0';
-
-	fd = sbx_open_regular(dirfd, pbuf, &st, err);
+	int fd = sbx_open_regular(dirfd, pbuf, &st, err);
 	if (fd < 0)
 		return -1;
 	if ((uint64_t)st.st_size > max_bytes) {
@@ -453,11 +445,34 @@ int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes,
 				   "%.*s is %jd bytes, over the cap of %zu bytes", SBX_PATH_SHOWN,
 				   pbuf, (intmax_t)st.st_size, max_bytes);
 	}
+	*size = (uint64_t)st.st_size;
+	return fd;
+}
+
+int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes, char **out,
+		 size_t *out_len, sbx_err *err)
+{
+	char pbuf[PATH_MAX]; /* the path, NUL-ended, for messages */
+	uint64_t size;
+	size_t cap, limit, used = 0;
+	char *data;
+	int fd;
+
+	if (!out || !out_len)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "out and out_len are required");
+	*out = NULL;
+	*out_len = 0;
+	fd = sbx_file_open(dirfd, path, path_len, max_bytes, &size, err);
+	if (fd < 0)
+		return -1;
+	/* sbx_file_open checked the path: it fits. */
+	memcpy(pbuf, path, path_len);
+	pbuf[path_len] = '\0';
 
 	/* One byte more than the size: room for a NUL, and a file still growing
 	 * fills the buffer, which is how we notice it. */
 	limit = max_bytes < SIZE_MAX ? max_bytes + 1 : SIZE_MAX;
-	cap = (size_t)st.st_size + 1;
+	cap = (size_t)size + 1;
 	data = malloc(cap);
 	if (!data) {
 		close(fd);

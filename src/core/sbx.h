@@ -260,6 +260,14 @@ int sbx_file_put(int dirfd, const char *path, size_t path_len, const void *data,
  */
 int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes,
 		 char **out, size_t *out_len, sbx_err *err);
+/*
+ * Open the regular file at path beneath dirfd for reading, as sbx_file_get
+ * would read it: the fd (the caller's, CLOEXEC) and its size, for callers
+ * that stream it rather than hold it.  Over max_bytes: InvalidArgument.
+ * Returns the fd, or -1 with err.
+ */
+int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes,
+		  uint64_t *size, sbx_err *err);
 
 /* ---- seccomp and capabilities (seccomp.c, caps.c) ---- */
 

@@ -214,6 +214,27 @@ static int l_session_get(lua_State *L)
 	return 1;
 }
 
+/* s:open_file(path, max_bytes) -> fd (the caller's), size | nil, kind, msg:
+ * what s:get would read, for a caller that streams it (sbxd). */
+static int l_session_open_file(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	sbx_err err = { 0 };
+	size_t path_len, max_bytes;
+	uint64_t size = 0;
+	const char *path = file_args(L, 3, &path_len, &max_bytes);
+
+	if (!ud->s)
+		return closed(L);
+	int fd = sbx_file_open(sbx_session_work_dir_fd(ud->s), path, path_len, max_bytes, &size,
+			       &err);
+	if (fd < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushinteger(L, fd);
+	lua_pushnumber(L, (lua_Number)size);
+	return 2;
+}
+
 /* s:close() */
 static int l_session_close(lua_State *L)
 {
@@ -378,6 +399,7 @@ static const luaL_Reg session_methods[] = {
 	{ "run", lsbx_session_run },
 	{ "put", l_session_put },
 	{ "get", l_session_get },
+	{ "open_file", l_session_open_file },
 	{ "close", l_session_close },
 	{ "work_dir", l_session_work_dir },
 	{ "alive", l_session_alive },

@@ -148,6 +148,24 @@ static int answer(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt fmt)
 	}
 	lua_pop(L, 1);
 	count_status(status);
+	lua_getfield(L, top, "file");
+	if (lua_istable(L, -1)) {
+		lua_getfield(L, -1, "fd");
+		lua_getfield(L, -2, "size");
+		int fd = lua_isnumber(L, -2) ? (int)lua_tointeger(L, -2) : -1;
+		lua_Number size = lua_tonumber(L, -1);
+		lua_pop(L, 3);
+		if (fd < 0 || size < 0) {
+			if (fd >= 0)
+				close(fd);
+			sbx_srv_send_error(req, 500, "SandboxExecutionError",
+					   "the Lua layer gave a bad file", fmt);
+			return 500;
+		}
+		sbx_srv_send_file(req, fd, (uint64_t)size);
+		return 200;
+	}
+	lua_pop(L, 1);
 	lua_getfield(L, top, "raw");
 	if (lua_isstring(L, -1)) {
 		size_t len;

@@ -129,6 +129,10 @@ sbx_srv_fmt sbx_srv_req_accept_fmt(h2o_req_t *req);
 /* ---- stream.c ---- */
 /* Start streaming a run for req; the Lua table at idx has start/finish
  * functions (see lua/sbx/server/init.lua).  Always answers req. */
+/* filesend.c: answer 200 with the file at fd (taken; closed when done),
+ * size bytes, streamed chunk by chunk as the client reads. */
+void sbx_srv_send_file(h2o_req_t *req, int fd, uint64_t size);
+
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
 /* Re-attach req to the detached run run_id of session sid (or answer
  * 404/409).  Always answers req. */

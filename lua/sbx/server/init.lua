@@ -302,7 +302,8 @@ local function file_op(req, rec, path)
     if not ok then return from_error(e) end
     return reply(200, { path = path, size = #data })
   end
-  local ok, data = pcall(rec.s.get_bytes, rec.s, path)
+  -- GET streams the file from an fd (handler.c), never holding it whole.
+  local ok, data, size = pcall(rec.s._open_file, rec.s, path)
   if not ok then
     if type(data) == "table" and data.kind == "InvalidArgument" and tostring(data.message):match("max_file_bytes")
         or tostring(type(data) == "table" and data.message):match("larger than") then
@@ -317,7 +318,7 @@ local function file_op(req, rec, path)
     end
     return from_error(data)
   end
-  return { status = 200, raw = data }
+  return { status = 200, file = { fd = data, size = size } }
 end
 
 function M.reload_policy()
