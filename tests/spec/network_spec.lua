@@ -210,7 +210,7 @@ local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_a
       check(res, o)
     end)
 
-    it("does the same through sbxd", function()
+    it("does the same through sbxd, where open sessions work too", function()
       local res, o = run([[
 package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. package.path
 local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
@@ -225,6 +225,11 @@ local r = s:exec("curl -sS --max-time 10 https://example.com/ -o /dev/null")
 m = SH.sh("curl -s --http2-prior-knowledge -H 'Authorization: Bearer " .. srv.token.alice .. "' " .. srv.url .. "/metrics")
 out("m_refused2", m:match("sbxd_proxy_refused_total (%d+)"))
 s:close()
+local o = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
+  network_mode = "open", network_denylist = { "203.0.113.0/24" } }
+out("open_remote", o:exec("curl -sS --max-time 5 http://198.51.100.2/hello").stdout)
+out("open_remote_far", o:exec("curl -sS --max-time 5 http://203.0.113.2/hello").returncode)
+o:close()
 srv:stop()
 out("log", srv:log():match("event=proxy refused example%.com[^\n]*"))
 ]] end))
@@ -232,6 +237,8 @@ out("log", srv:log():match("event=proxy refused example%.com[^\n]*"))
       assert.are.equal("1", res.m_allowed, o)
       assert.are.equal(tostring(tonumber(res.m_refused) + 1), res.m_refused2, o)
       assert.matches("not on the allow%-list", res.log or "", nil, o)
+      assert.matches("hello from 198.51.100.2:80", res.open_remote or "", 1, true)
+      assert.are_not.equal("0", res.open_remote_far, o)
     end)
   end)
 
