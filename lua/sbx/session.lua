@@ -392,6 +392,18 @@ function Session:get_bytes(path)
   return data
 end
 
+-- The allowlist proxy's figures for this session: { accepted, allowed,
+-- refused, failed, active, bytes_up, bytes_down }; nil when the session
+-- has no proxy (blocked) or its proxy is served by a host (sbxd: see its
+-- /metrics).
+function Session:proxy_stats()
+  local st = live(self)
+  if not (st.proxy and st.proxy.stats) then return nil end
+  local t, _, msg = st.proxy:stats()
+  if not t then errors.raise(errors.SandboxExecutionError("proxy_stats: " .. tostring(msg), st.backend, 0)) end
+  return t
+end
+
 -- For hosts that stream a file rather than hold it (sbxd's GET): an fd
 -- on what get_bytes would read, and its size; the caller closes the fd.
 function Session:_open_file(path)

@@ -11,6 +11,7 @@
  *   px:close()
  *
  *   child = core.proxy_spawn(listener_fd, tag, opts)  -- the same proxy in a forked process
+ *   child:stats()                                      -- its figures, as px:stats()
  *   child:close()                                      -- ends it
  *
  * decide(q) gets q = { phase = "name" | "addrs", kind, host, port, addrs = {...}, tag }
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +55,8 @@ typedef struct lsbx_proxy {
 typedef struct lsbx_proxy_child {
 	pid_t pid;
 	int ctl; /* our end: closing it ends the child */
+	/* Ask the child for its figures: a byte out, an sbx_proxy_stats back. */
+	int stats_fd;
 } lsbx_proxy_child;
 
 static const char *const proxy_fields[] = {
@@ -268,11 +272,10 @@ static int l_proxy_step(lua_State *L)
 	return 1;
 }
 
-static int l_proxy_stats(lua_State *L)
+static void push_stats(lua_State *L, const sbx_proxy_stats *s)
 {
-	sbx_proxy_stats st;
+	sbx_proxy_stats st = *s;
 
-	sbx_proxy_get_stats(check_proxy(L, 1)->p, &st);
 	lua_createtable(L, 0, 7);
 #define F(name)                                      \
 	lua_pushnumber(L, (lua_Number)st.name);      \
@@ -285,6 +288,14 @@ static int l_proxy_stats(lua_State *L)
 	F(bytes_up);
 	F(bytes_down);
 #undef F
+}
+
+static int l_proxy_stats(lua_State *L)
+{
+	sbx_proxy_stats st;
+
+	sbx_proxy_get_stats(check_proxy(L, 1)->p, &st);
+	push_stats(L, &st);
 	return 1;
 }
 
@@ -310,7 +321,7 @@ static int l_proxy_tostring(lua_State *L)
 
 /* The child: serve until the host closes ctl or dies.  Never returns. */
 static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, const char *tag,
-						 int ctl, pid_t parent)
+						 int ctl, pid_t parent, int stats_fd)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
@@ -319,12 +330,20 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 	/* Nothing of the host's may stay open here: a session's control
 	 * socket held by us would keep its sandbox alive after the host
 	 * closed it. */
-	int lo = listener < ctl ? listener : ctl, hi = listener < ctl ? ctl : listener;
-	if (lo > 3)
-		syscall(SYS_close_range, 3U, (unsigned)lo - 1, 0U);
-	if (hi > lo + 1)
-		syscall(SYS_close_range, (unsigned)lo + 1, (unsigned)hi - 1, 0U);
-	syscall(SYS_close_range, (unsigned)hi + 1, ~0U, 0U);
+	int keep[3] = { listener, ctl, stats_fd }, from = 3;
+	for (int i = 0; i < 3; i++) /* sort the three */
+		for (int j = i + 1; j < 3; j++)
+			if (keep[j] < keep[i]) {
+				int t = keep[i];
+				keep[i] = keep[j];
+				keep[j] = t;
+			}
+	for (int i = 0; i < 3; i++) {
+		if (keep[i] > from)
+			syscall(SYS_close_range, (unsigned)from, (unsigned)keep[i] - 1, 0U);
+		from = keep[i] + 1;
+	}
+	syscall(SYS_close_range, (unsigned)from, ~0U, 0U);
 	signal(SIGPIPE, SIG_IGN);
 	lsbx_proxy *px = proxy_create(L, 3);
 	sbx_err err = { 0 };
@@ -333,12 +352,19 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 		_exit(1);
 	}
 	for (;;) {
-		struct pollfd pfd[2] = { { sbx_proxy_fd(px->p), POLLIN, 0 }, { ctl, POLLIN, 0 } };
-		if (poll(pfd, 2, 1000) < 0 && errno != EINTR)
+		struct pollfd pfd[3] = { { sbx_proxy_fd(px->p), POLLIN, 0 }, { ctl, POLLIN, 0 },
+					 { stats_fd, POLLIN, 0 } };
+		if (poll(pfd, 3, 1000) < 0 && errno != EINTR)
 			_exit(1);
 		/* The host closed its end (session closed) or died. */
 		if (pfd[1].revents)
 			_exit(0);
+		char q;
+		if ((pfd[2].revents & POLLIN) && recv(stats_fd, &q, 1, MSG_DONTWAIT) == 1) {
+			sbx_proxy_stats st;
+			sbx_proxy_get_stats(px->p, &st);
+			(void)!send(stats_fd, &st, sizeof(st), MSG_DONTWAIT | MSG_NOSIGNAL);
+		}
 		px->L = L;
 		int rc = sbx_proxy_step(px->p, 0, &err);
 		px->L = NULL;
@@ -362,25 +388,37 @@ static int l_proxy_spawn(lua_State *L)
 	lsbx_proxy_child *c = lua_newuserdata(L, sizeof(*c));
 	c->pid = -1;
 	c->ctl = -1;
+	c->stats_fd = -1;
 	luaL_getmetatable(L, LSBX_PROXY_CHILD_MT);
 	lua_setmetatable(L, -2);
 	if (pipe2(ctl, O_CLOEXEC) != 0)
 		return lsbx_push_fail(L, SBX_E_EXECUTION, "pipe failed");
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) != 0) {
+		close(ctl[0]);
+		close(ctl[1]);
+		return lsbx_push_fail(L, SBX_E_EXECUTION, "socketpair failed");
+	}
 	pid_t parent = getpid();
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0) {
 		close(ctl[0]);
 		close(ctl[1]);
+		close(sp[0]);
+		close(sp[1]);
 		return lsbx_push_fail(L, SBX_E_EXECUTION, "fork failed");
 	}
 	if (pid == 0) {
 		close(ctl[1]);
 		lua_pop(L, 1);
-		child_serve(L, listener, tag, ctl[0], parent);
+		close(sp[0]);
+		child_serve(L, listener, tag, ctl[0], parent, sp[1]);
 	}
 	close(ctl[0]);
+	close(sp[1]);
 	close(listener);
+	c->stats_fd = sp[0];
 	c->pid = pid;
 	c->ctl = ctl[1];
 	return 1;
@@ -400,7 +438,27 @@ static int l_child_close(lua_State *L)
 			;
 		c->pid = -1;
 	}
+	if (c->stats_fd >= 0) {
+		close(c->stats_fd);
+		c->stats_fd = -1;
+	}
 	return 0;
+}
+
+static int l_child_stats(lua_State *L)
+{
+	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
+	sbx_proxy_stats st;
+	struct pollfd pfd = { c->stats_fd, POLLIN, 0 };
+
+	/* Drop a late answer to an earlier question, ask, wait a moment. */
+	while (c->stats_fd >= 0 && recv(c->stats_fd, &st, sizeof(st), MSG_DONTWAIT) > 0)
+		;
+	if (c->stats_fd < 0 || send(c->stats_fd, "?", 1, MSG_NOSIGNAL) != 1 ||
+	    poll(&pfd, 1, 2000) != 1 || recv(c->stats_fd, &st, sizeof(st), 0) != sizeof(st))
+		return lsbx_push_fail(L, SBX_E_EXECUTION, "the proxy child did not answer");
+	push_stats(L, &st);
+	return 1;
 }
 
 static int l_child_pid(lua_State *L)
@@ -426,6 +484,7 @@ static const luaL_Reg proxy_methods[] = {
 static const luaL_Reg child_methods[] = {
 	{ "close", l_child_close },
 	{ "pid", l_child_pid },
+	{ "stats", l_child_stats },
 	{ NULL, NULL },
 };
 

@@ -119,6 +119,8 @@ out("big", sh(s, C .. "https://pypi.org/big/64 | sha256sum | cut -d' ' -f1").std
 out("big_want", sh(s, C .. "https://pypi.org/big/64.sha256").stdout)
 -- Many tunnels at once.
 out("many", sh(s, "seq 1 64 | xargs -P 32 -I{} " .. C .. "-o /dev/null -w '%{http_code}\\n' https://pypi.org/hello | sort | uniq -c").stdout)
+local st = s:proxy_stats()
+out("st_refused", st.refused) out("st_allowed", st.allowed) out("st_failed", st.failed)
 s:close()
 ]])
     end)
@@ -172,6 +174,14 @@ s:close()
     it("gives raw sockets no route around the proxy", function()
       assert.matches("^refused", res.raw_socket)
       assert.matches("^refused", res.raw_udp_dns)
+    end)
+
+    it("counts what it let through and what it refused (s:proxy_stats())", function()
+      -- 2 for example.com, 3 bad resolutions, 9 metadata spellings
+      assert.are.equal("14", res.st_refused, raw_out)
+      -- https x2, plain, socks, raw CONNECT, big + its sum, 64 tunnels
+      assert.are.equal("71", res.st_allowed, raw_out)
+      assert.are.equal("1", res.st_failed, raw_out) -- the Host mismatch
     end)
 
     it("carries 64 MiB intact and 64 tunnels at once", function()
