@@ -159,6 +159,15 @@ int sbx_netns_lo_up(sbx_err *err);
 int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, uint16_t port,
 		      sbx_err *err);
 
+/* Inodes a size-capped tmpfs of ours may hold: one per 4 KiB of its size,
+ * at least 4096.  Without a cap the kernel allows one per page of RAM / 2,
+ * so a sandbox creating empty files would fill kernel memory long before
+ * the size cap; with it an inode fill ends in ENOSPC like a byte fill. */
+static inline uint64_t sbx_tmpfs_inodes(uint64_t bytes)
+{
+	return bytes / 4096 > 4096 ? bytes / 4096 : 4096;
+}
+
 /* Child side of the session (rootfs.c): build the root, pivot into it.
  * Runs in the zygote after the id maps are written. */
 int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,

@@ -413,7 +413,7 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 {
 	int carried[SBX_MAX_CARRY];
 	size_t n = 0;
-	char data[64];
+	char data[96];
 	int rc = -1;
 
 	/* Detach a copy of every mount the fresh /tmp and /dev/shm will cover
@@ -435,12 +435,16 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 		FAIL("mount /proc: %s", strerror(errno));
 		goto out;
 	}
-	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)cfg->tmp_bytes);
+	snprintf(data, sizeof(data), "mode=1777,size=%llu,nr_inodes=%llu",
+		 (unsigned long long)cfg->tmp_bytes,
+		 (unsigned long long)sbx_tmpfs_inodes(cfg->tmp_bytes));
 	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0) {
 		FAIL("mount /tmp: %s", strerror(errno));
 		goto out;
 	}
-	snprintf(data, sizeof(data), "mode=1777,size=%llu", (unsigned long long)cfg->shm_bytes);
+	snprintf(data, sizeof(data), "mode=1777,size=%llu,nr_inodes=%llu",
+		 (unsigned long long)cfg->shm_bytes,
+		 (unsigned long long)sbx_tmpfs_inodes(cfg->shm_bytes));
 	if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, data) != 0) {
 		FAIL("mount /dev/shm: %s", strerror(errno));
 		goto out;

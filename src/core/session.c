@@ -793,9 +793,10 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
  * never written. */
 static int mount_disk(sbx_session *s, uint64_t bytes, sbx_err *err)
 {
-	char data[96];
-	snprintf(data, sizeof(data), "size=%llu,mode=0700,uid=%u,gid=%u",
-		 (unsigned long long)bytes, (unsigned)s->host_uid, (unsigned)s->host_gid);
+	char data[128];
+	snprintf(data, sizeof(data), "size=%llu,nr_inodes=%llu,mode=0700,uid=%u,gid=%u",
+		 (unsigned long long)bytes, (unsigned long long)sbx_tmpfs_inodes(bytes),
+		 (unsigned)s->host_uid, (unsigned)s->host_gid);
 	if (mount("sbx-work", s->work_dir, "tmpfs", MS_NOSUID | MS_NODEV, data) != 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
 				   "disk_mb: mount a %llu-byte tmpfs on %s: %s",
