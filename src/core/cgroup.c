@@ -21,6 +21,24 @@
  * and v1 paths can be tested against a fake cgroupfs directory.  Files are
  * opened with O_CREAT for that reason: on a real cgroupfs the files exist.
  *
+ * Per-run memory cgroups (sessions with a memory ceiling only): before the
+ * host hands a warm init its request, run.c moves the init and its
+ * workload into a child of the session's memory cgroup, run-<n> (one an
+ * ended run left empty is used again: mkdir/rmdir of a memcg is the cost).
+ * The session's limit still bounds it (v1: use_hierarchy; v2: the child
+ * sits below the limit), but the run's OOM kills are counted in its own
+ * oom_kill counter, and the whole run can be killed through the cgroup:
+ *   v2  memory.oom.group = 1 in the run's cgroup, so the kernel itself
+ *       kills every process of the run when one is chosen; the zygote
+ *       moves to a leaf, <session>/zygote, since a v2 cgroup that hands
+ *       memory down to children (subtree_control) may hold no process.
+ *   v1  no group kill in the kernel: the host sees the run's counter grow
+ *       (run.c polls it) and SIGKILLs each pid of the run's cgroup.procs,
+ *       again and again until it is empty (a forking process races).
+ * v1 counts a kill only in the victim's own cgroup, so the session's
+ * total adds its runs' (live ones read, removed ones remembered in a
+ * tally shared by the session and its runs).
+ *
  * Device rules (GPU) are enforced on v1 with devices.deny "a" and one
  * devices.allow per rule; on v2 with a BPF_PROG_TYPE_CGROUP_DEVICE program
  * (devbpf.c) that allows exactly the same list.
@@ -119,6 +137,36 @@ static bool has_word(const char *list, const char *word)
 	return false;
 }
 
+/* What the session and its runs share (either may go first): the count of
+ * OOM kills in run cgroups already removed (v1), and one spare run cgroup,
+ * kept by a run that ended for the next to start in (a cgroup's mkdir and
+ * rmdir are most of what a per-run cgroup costs). */
+struct sbx_cg_tally {
+	int refs;
+	int64_t removed;
+	bool open;            /* the session has not begun to go */
+	int spare;            /* SPARE_* */
+	int64_t spare_base;   /* its oom_kill count when kept */
+	char spare_dir[PATH_MAX];
+};
+enum { SPARE_NONE, SPARE_KEPT, SPARE_BUSY };
+
+static unsigned run_seq; /* names run cgroups: run-<n> */
+
+static struct sbx_cg_tally *tally_ref(struct sbx_cg_tally *t)
+{
+	if (t)
+		__atomic_add_fetch(&t->refs, 1, __ATOMIC_ACQ_REL);
+	return t;
+}
+
+static void tally_unref(struct sbx_cg_tally **t)
+{
+	if (*t && __atomic_sub_fetch(&(*t)->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(*t);
+	*t = NULL;
+}
+
 bool sbx_cgroup_wanted(const sbx_cgroup_limits *lim)
 {
 	return lim->memory_bytes || lim->cpu_milli || lim->pids_max || lim->n_devices;
@@ -166,6 +214,18 @@ static int create_v2(sbx_cgroup *cg, const char *root, const char *id,
 		     put(cg->dir[0], "memory.swap.max", "0", err) < 0))
 			return -1;
 		snprintf(cg->oom_path, sizeof(cg->oom_path), "%.4000s/memory.events", cg->dir[0]);
+		/* Runs get cgroups of their own below this one, with memory
+		 * files (memory.oom.group, memory.events): the memory
+		 * controller is handed down, so the zygote lives in a leaf. */
+		if (put(cg->dir[0], "cgroup.subtree_control", "+memory", err) < 0)
+			return -1;
+		snprintf(cg->leaf, sizeof(cg->leaf), "%.4000s/zygote", cg->dir[0]);
+		if (mkdir(cg->leaf, 0755) != 0) {
+			int e = errno;
+			cg->leaf[0] = '\0';
+			return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, e,
+					   "cgroup: mkdir %s/zygote: %s", cg->dir[0], strerror(e));
+		}
 	}
 	if (lim->cpu_milli) {
 		snprintf(v, sizeof(v), "%" PRIu64 " %u",
@@ -240,6 +300,12 @@ static int create_v1(sbx_cgroup *cg, const char *root, const char *id,
 			return -1;
 		if (exists(d, "memory.swappiness") && put(d, "memory.swappiness", "0", err) < 0)
 			return -1;
+		/* Runs get cgroups of their own below this one: the limit
+		 * must bound them (always so on kernels >= 5.16). */
+		char h[16];
+		if (slurp(d, "memory.use_hierarchy", h, sizeof(h)) == 0 && h[0] == '0' &&
+		    put(d, "memory.use_hierarchy", "1", err) < 0)
+			return -1;
 		snprintf(cg->oom_path, sizeof(cg->oom_path), "%.4000s/memory.oom_control", d);
 	}
 	if (lim->cpu_milli) {
@@ -297,6 +363,15 @@ int sbx_cgroup_create(sbx_cgroup *cg, const char *root, const char *id,
 		sbx_cgroup_destroy(cg, NULL);
 		return -1;
 	}
+	if (cg->oom_path[0]) {
+		cg->tally = calloc(1, sizeof(*cg->tally));
+		if (!cg->tally) {
+			sbx_cgroup_destroy(cg, NULL);
+			return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
+		}
+		cg->tally->refs = 1;
+		cg->tally->open = true;
+	}
 	cg->oom_base = sbx_cgroup_oom_kills(cg);
 	return 0;
 }
@@ -306,7 +381,8 @@ int sbx_cgroup_attach(const sbx_cgroup *cg, pid_t pid, sbx_err *err)
 	char v[32];
 	snprintf(v, sizeof(v), "%d", (int)pid);
 	for (int i = 0; i < SBX_CG_NCTL; i++)
-		if (cg->made[i] && put(cg->dir[i], "cgroup.procs", v, err) < 0)
+		if (cg->made[i] && put(i == 0 && cg->leaf[0] ? cg->leaf : cg->dir[i],
+				       "cgroup.procs", v, err) < 0)
 			return -1;
 	return 0;
 }
@@ -335,9 +411,42 @@ int64_t sbx_cgroup_read_oom_kills(const char *path)
 	return sbx_cgroup_parse_oom_kills(buf);
 }
 
+/* Calls fn(dir, name, arg) for each run-* subdirectory of dir. */
+static void each_run_dir(const char *dir, void (*fn)(const char *, const char *, void *),
+			 void *arg)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, "run-", 4) && e->d_type == DT_DIR)
+			fn(dir, e->d_name, arg);
+	closedir(d);
+}
+
+static void add_run_kills(const char *dir, const char *name, void *arg)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%.4000s/%.64s/memory.oom_control", dir, name);
+	int64_t n = sbx_cgroup_read_oom_kills(path);
+	if (n > 0)
+		*(int64_t *)arg += n;
+}
+
 int64_t sbx_cgroup_oom_kills(const sbx_cgroup *cg)
 {
-	return cg->oom_path[0] ? sbx_cgroup_read_oom_kills(cg->oom_path) : -1;
+	if (!cg->oom_path[0])
+		return -1;
+	int64_t n = sbx_cgroup_read_oom_kills(cg->oom_path);
+	/* v2's memory.events counts the children's kills too; v1 counts
+	 * each kill only where the victim was. */
+	if (n < 0 || cg->version != 1)
+		return n;
+	each_run_dir(cg->dir[SBX_CG_MEMORY], add_run_kills, &n);
+	if (cg->tally)
+		n += __atomic_load_n(&cg->tally->removed, __ATOMIC_ACQUIRE);
+	return n;
 }
 
 int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg)
@@ -357,13 +466,14 @@ int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg)
 	return strtoll(buf, NULL, 10) / 1000;
 }
 
-/* Kill every process listed in dir/cgroup.procs; how many were listed. */
+/* Kill every process listed in dir/cgroup.procs; how many were listed
+ * (-1: it cannot be read). */
 static int kill_listed(const char *dir)
 {
 	char buf[8192];
 	int n = 0;
 	if (slurp(dir, "cgroup.procs", buf, sizeof(buf)) < 0)
-		return 0;
+		return -1;
 	for (char *p = buf, *end; *p; p = end) {
 		long pid = strtol(p, &end, 10);
 		if (end == p)
@@ -376,11 +486,222 @@ static int kill_listed(const char *dir)
 	return n;
 }
 
+/* rmdir a cgroup, killing what is in it while it is busy (processes leave
+ * a cgroup only once they are gone); about tries * 5 ms at most. */
+static int remove_dir(const char *dir, int tries)
+{
+	/* Mostly one exiting process: short waits first, then 5 ms ones. */
+	long wait_ns = 100000L;
+	while (rmdir(dir) != 0) {
+		if (errno != EBUSY || tries-- <= 0)
+			return -1;
+		kill_listed(dir);
+		struct timespec ts = {0, wait_ns};
+		nanosleep(&ts, NULL);
+		if (wait_ns < 5 * 1000000L)
+			wait_ns *= 2;
+	}
+	return 0;
+}
+
+static void remove_run_dir(const char *dir, const char *name, void *arg)
+{
+	char path[PATH_MAX];
+	(void)arg;
+	snprintf(path, sizeof(path), "%.4000s/%.64s", dir, name);
+	remove_dir(path, 200);
+}
+
+/* ---- per-run memory cgroups ---- */
+
+/* The host pid behind a pidfd (its fdinfo's "Pid:" line), or -1. */
+static pid_t pidfd_pid(int pidfd)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	const char *p = strstr(buf, "\nPid:");
+	long pid = p ? strtol(p + 5, NULL, 10) : -1;
+	return pid > 0 ? (pid_t)pid : -1;
+}
+
+/* Write pid into dir/cgroup.procs (appended: a fake cgroupfs keeps every
+ * one); -1 with errno (ESRCH: it died) and err. */
+static int move_pid(const char *dir, long pid, sbx_err *err)
+{
+	char path[PATH_MAX], v[32];
+	snprintf(path, sizeof(path), "%.4000s/cgroup.procs", dir);
+	int len = snprintf(v, sizeof(v), "%ld\n", pid);
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	ssize_t n = fd >= 0 ? write(fd, v, (size_t)len) : -1;
+	int e = errno;
+	if (fd >= 0)
+		close(fd);
+	if (n == len)
+		return 0;
+	sbx_err_set(err, SBX_E_EXECUTION, e, "cgroup: move %ld into %s: %s", pid, dir,
+		    strerror(e));
+	errno = e;
+	return -1;
+}
+
+int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err)
+{
+	memset(rc, 0, sizeof(*rc));
+	if (!cg->oom_path[0])
+		return 0;
+	pid_t pid = pidfd_pid(pidfd);
+	if (pid < 0) {
+		errno = ESRCH;
+		return sbx_err_set(err, SBX_E_EXECUTION, ESRCH, "the run's init is gone");
+	}
+	const char *parent = cg->version == 2 ? cg->dir[0] : cg->dir[SBX_CG_MEMORY];
+	struct sbx_cg_tally *t = cg->tally;
+	int kept = SPARE_KEPT;
+	bool reused = false;
+	if (t && __atomic_compare_exchange_n(&t->spare, &kept, SPARE_BUSY, false,
+					     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		/* The one an ended run left: empty, its counter noted. */
+		snprintf(rc->dir, sizeof(rc->dir), "%s", t->spare_dir);
+		rc->oom_base = t->spare_base;
+		__atomic_store_n(&t->spare, SPARE_NONE, __ATOMIC_RELEASE);
+		reused = true;
+	} else {
+		snprintf(rc->dir, sizeof(rc->dir), "%.4000s/run-%u", parent,
+			 __atomic_add_fetch(&run_seq, 1, __ATOMIC_RELAXED));
+		if (mkdir(rc->dir, 0755) != 0) {
+			int e = errno;
+			sbx_err_set(err, SBX_E_EXECUTION, e, "cgroup: mkdir %s: %s", rc->dir,
+				    strerror(e));
+			errno = e;
+			return -1;
+		}
+	}
+	rc->version = cg->version;
+	if (cg->version == 2) {
+		/* The kernel kills the whole run when it picks one of it. */
+		if (!reused && put(rc->dir, "memory.oom.group", "1", err) < 0)
+			goto fail;
+		snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/memory.events", rc->dir);
+	} else {
+		snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/memory.oom_control",
+			 rc->dir);
+	}
+	/* init first: a workload it forks from now on is born inside (fork
+	 * and migration exclude each other); then the ones it has. */
+	if (move_pid(rc->dir, pid, err) < 0)
+		goto fail;
+	char path[96], kids[4096];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)pid);
+	if (slurp(path, "children", kids, sizeof(kids)) < 0) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "read %s/children: %s", path,
+			    strerror(errno));
+		goto fail;
+	}
+	for (char *p = kids, *end; *p; p = end) {
+		long kid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		/* One that is gone already is no worry. */
+		if (kid > 0 && move_pid(rc->dir, kid, NULL) < 0 && errno != ESRCH) {
+			sbx_err_set(err, SBX_E_EXECUTION, errno, "cgroup: move %ld into %s: %s",
+				    kid, rc->dir, strerror(errno));
+			goto fail;
+		}
+	}
+	/* (A new cgroup's counter is 0.) */
+	rc->tally = tally_ref(cg->tally);
+	return 0;
+fail:;
+	int e = errno;
+	sbx_cgroup_run_remove(rc);
+	errno = e;
+	return -1;
+}
+
+int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc)
+{
+	return rc->version ? sbx_cgroup_read_oom_kills(rc->oom_path) : -1;
+}
+
+int sbx_cgroup_run_kill(const sbx_run_cgroup *rc)
+{
+	if (!rc->version)
+		return 0;
+	/* v2 (5.14+): one write, and the kernel stops forks racing it. */
+	if (rc->version == 2 && exists(rc->dir, "cgroup.kill") &&
+	    put(rc->dir, "cgroup.kill", "1", NULL) == 0)
+		return 0;
+	/* Otherwise one pid at a time, again while new ones appear: a
+	 * process forking as we go leaves a child we did not list (a fork
+	 * the kill reaches first fails).  Killed ones stay listed until they
+	 * are gone: a pass that finds no more than the last is the end here;
+	 * the caller looks again later. */
+	int left = 0, last = -1;
+	for (int pass = 0; pass < 20; pass++) {
+		left = kill_listed(rc->dir);
+		if (left <= 0 || left <= last)
+			break;
+		last = left;
+	}
+	return left < 0 ? 0 : left;
+}
+
+int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
+{
+	int rc_ = 0;
+	if (!rc->version)
+		return 0;
+	int64_t n = sbx_cgroup_run_oom_kills(rc);
+	struct sbx_cg_tally *t = rc->tally;
+	int none = SPARE_NONE;
+	/* Empty, and the session goes on: keep it for the next run (if no
+	 * other run has kept one already). */
+	if (t && __atomic_load_n(&t->open, __ATOMIC_ACQUIRE) && kill_listed(rc->dir) == 0 &&
+	    __atomic_compare_exchange_n(&t->spare, &none, SPARE_BUSY, false, __ATOMIC_ACQ_REL,
+					__ATOMIC_ACQUIRE)) {
+		snprintf(t->spare_dir, sizeof(t->spare_dir), "%s", rc->dir);
+		t->spare_base = n < 0 ? 0 : n;
+		__atomic_store_n(&t->spare, SPARE_KEPT, __ATOMIC_RELEASE);
+		tally_unref(&rc->tally);
+		rc->version = 0;
+		return 0;
+	}
+	/* v1 forgets a removed cgroup's kills: the session keeps them. */
+	if (rc->version != 1)
+		n = -1;
+	if (remove_dir(rc->dir, 60) != 0)
+		rc_ = -1;
+	else if (n > 0 && rc->tally)
+		__atomic_add_fetch(&rc->tally->removed, n, __ATOMIC_ACQ_REL);
+	tally_unref(&rc->tally);
+	rc->version = 0;
+	return rc_;
+}
+
 int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err)
 {
 	int rc = 0;
 	if (cg->version == 2 && cg->made[0] && exists(cg->dir[0], "cgroup.kill"))
 		put(cg->dir[0], "cgroup.kill", "1", NULL);
+	if (cg->tally)
+		__atomic_store_n(&cg->tally->open, false, __ATOMIC_RELEASE);
+	tally_unref(&cg->tally);
+	/* Children first: runs still going (or not yet removed, or kept
+	 * for the next), the leaf. */
+	if (cg->made[SBX_CG_MEMORY])
+		each_run_dir(cg->dir[SBX_CG_MEMORY], remove_run_dir, NULL);
+	if (cg->leaf[0]) {
+		remove_dir(cg->leaf, 200);
+		cg->leaf[0] = '\0';
+	}
 	for (int i = 0; i < SBX_CG_NCTL; i++) {
 		if (!cg->made[i])
 			continue;

@@ -220,7 +220,19 @@ typedef struct sbx_cgroup {
 	char dir[SBX_CG_NCTL][PATH_MAX];  /* v2: dir[0] only */
 	char oom_path[PATH_MAX];          /* memory.events / memory.oom_control */
 	int64_t oom_base;                 /* oom_kill count at creation */
+	char leaf[PATH_MAX];              /* v2 with a memory ceiling: <dir>/zygote */
+	struct sbx_cg_tally *tally;       /* shared with runs: removed runs' kills, a spare */
 } sbx_cgroup;
+
+/* One run's own memory cgroup, <session memory dir>/run-<n>, in a session
+ * with a memory ceiling (version 0 otherwise). */
+typedef struct sbx_run_cgroup {
+	int version;                      /* 0: none, 1 or 2 */
+	char dir[PATH_MAX];
+	char oom_path[PATH_MAX];          /* its memory.events / memory.oom_control */
+	int64_t oom_base;                 /* its oom_kill count when made */
+	struct sbx_cg_tally *tally;       /* the session's, shared */
+} sbx_run_cgroup;
 
 const char *sbx_cgroup_default_root(void);
 /* Any limit set? */
@@ -250,8 +262,30 @@ int sbx_devbpf_parse(const char *text, struct sbx_devrule_view *out);
  * exactly rules[0..n) to cgroup_dir; everything else is denied. */
 int sbx_devbpf_attach(const char *cgroup_dir, const char *const *rules, size_t n, sbx_err *err);
 
-/* Kill what is left, remove the dirs.  Safe on an empty cgroup. */
+/* Kill what is left, remove the dirs (the runs' first).  Safe on an
+ * empty cgroup. */
 int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err);
+
+/* For a session with a memory ceiling (nothing otherwise: rc->version 0):
+ * make the run cgroup of the warm init behind pidfd (v2: with
+ * memory.oom.group 1) and move the init, then its children, into it.
+ * Call before the request is sent.  -1 with err and errno (ESRCH: the init
+ * died; take another). */
+int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err);
+/* The run's own oom_kill count, or -1. */
+int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc);
+/* SIGKILL every process of the run (v2: cgroup.kill; else pid by pid
+ * until the list is empty, a bounded number of passes); how many were
+ * still listed at the last pass (0: empty). */
+int sbx_cgroup_run_kill(const sbx_run_cgroup *rc);
+/* The run has ended: SIGKILL what is still listed in its cgroup; keep the
+ * cgroup for the session's next run when it was empty and no other is
+ * kept, else remove it (killing and retrying briefly while it drains), its
+ * kills added to the session's count (v1).  -1 when it would
+ * not go (the session's destroy tries again).  Safe on version 0. */
+int sbx_cgroup_run_remove(sbx_run_cgroup *rc);
+/* The session's cgroup (for run.c). */
+const sbx_cgroup *sbx_session_cgroup(const sbx_session *s);
 
 /* The session's OOM counter file (for run.c), NULL without a memory ceiling. */
 const char *sbx_session_oom_path(const sbx_session *s);

@@ -5,6 +5,15 @@
  * A run never touches its session after start: it owns its fds (stdio
  * pipes, the status pipe from sbx-init, the init's pidfd), so a session
  * closed under it only makes the status pipe hit EOF early.
+ *
+ * In a session with a memory ceiling each run has a memory cgroup of its
+ * own (cgroup.c), made before the request is sent.  While the run goes,
+ * sbx_run_next looks at its oom_kill counter every OOM_POLL_MS; once the
+ * OOM killer took any process of the run, the whole run is killed through
+ * the cgroup and ends as SBX_TERM_OOM.  sbx_run_kill(SIGKILL) and the end
+ * of a run kill through it too, so nothing of a run survives it (setsid,
+ * double forks, backend "none").  Without a memory ceiling none of this
+ * costs anything.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,6 +32,8 @@
 #include "internal.h"
 
 #define READ_CHUNK 65536
+/* How often a memory-limited run's OOM counter is looked at. */
+#define OOM_POLL_MS 50
 
 struct sbx_run {
 	int out_fd, err_fd, in_fd, status_fd, pidfd;
@@ -34,8 +45,10 @@ struct sbx_run {
 	int wstatus;
 	uint32_t timed_out;
 	uint64_t t0_ns;
-	int64_t oom_before;  /* the session's oom_kill count at start; -1: no ceiling */
-	char *oom_path;      /* owned copy: the session may close before the run ends */
+	char *oom_path;      /* the session's; owned copy: it may close before the run ends */
+	sbx_run_cgroup cg;   /* the run's own memory cgroup (version 0: none) */
+	bool oom_hit;        /* the OOM killer took a process of the run: all of it goes */
+	uint64_t next_check; /* when to look at cg's counter next */
 	sbx_run_result result;
 	char buf[READ_CHUNK];
 };
@@ -104,7 +117,8 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 /* Hand the request to the session's warm init.  One that died before we
  * took it (its socket refuses) is replaced once. */
 static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
-			const char *payload, const int fds[4], int *pidfd, sbx_err *err)
+			const char *payload, const int fds[4], int *pidfd, sbx_run_cgroup *cg,
+			sbx_err *err)
 {
 	/* At a memory ceiling the OOM killer may have taken an idle init or
 	 * workload (tmpfs pages belong to no process, so its choice among
@@ -120,11 +134,22 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 			close_fd(pidfd);
 			continue;
 		}
+		/* Into a cgroup of its own before it gets anything to run. */
+		if (limited && sbx_cgroup_run_create(sbx_session_cgroup(s), *pidfd, cg, err) < 0) {
+			int e = errno;
+			close(sock);
+			close_fd(pidfd);
+			if (e == ESRCH)
+				continue;
+			return -1;
+		}
 		int rc = sbx_proto_send_run(sock, req, payload, fds);
 		int saved = errno;
 		close(sock);
 		if (rc == 0)
 			return 0;
+		sbx_cgroup_run_kill(cg);
+		sbx_cgroup_run_remove(cg);
 		close_fd(pidfd);
 		if (saved != EPIPE && saved != ECONNREFUSED && saved != ECONNRESET)
 			return sbx_err_set(err, SBX_E_EXECUTION, saved, "send run request: %s",
@@ -150,11 +175,12 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = -1;
 	r->t0_ns = now_ns();
-	r->oom_before = -1;
-	/* Only sessions with a memory ceiling pay for this (one read). */
+	/* Only sessions with a memory ceiling pay for this. */
 	const char *oom = sbx_session_oom_path(s);
-	if (oom && (r->oom_path = strdup(oom)))
-		r->oom_before = sbx_cgroup_read_oom_kills(r->oom_path);
+	if (oom && !(r->oom_path = strdup(oom))) {
+		sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
+		goto fail;
+	}
 	memset(&req, 0, sizeof(req));
 	payload = pack(o, &req.argc, &req.envc, &len, err);
 	if (!payload)
@@ -184,8 +210,9 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	} else {
 		close_fd(&r->in_fd);
 	}
-	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd, err) < 0)
+	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd, &r->cg, err) < 0)
 		goto fail;
+	r->next_check = now_ns() + OOM_POLL_MS * 1000000ull;
 	for (int i = 0; i < 4; i++)
 		close_fd(&child[i]);
 	free(payload);
@@ -202,32 +229,55 @@ fail:
 }
 
 
-/* Has the memcg's oom_kill counter grown since the run started?  The
- * kernel sends the victim SIGKILL before it counts the kill (and logs to the
- * console in between), so we can see the death first: a death that looks
- * like a kill gets up to 200 ms for the counter to catch up. */
-static bool oom_counted(const sbx_run *r)
+/* Has the run's own oom_kill counter grown?  The kernel sends the victim
+ * SIGKILL before it counts the kill (and logs to the console in between),
+ * so we can see the death first: a death that looks like a kill gets up to
+ * 200 ms for the counter to catch up. */
+static bool oom_counted(const sbx_run *r, bool wait)
 {
-	for (int i = 0; i < 100; i++) {
-		if (sbx_cgroup_read_oom_kills(r->oom_path) > r->oom_before)
+	for (int i = 0; i < (wait ? 100 : 1); i++) {
+		if (sbx_cgroup_run_oom_kills(&r->cg) > r->cg.oom_base)
 			return true;
-		usleep(2000);
+		if (wait)
+			usleep(2000);
 	}
 	return false;
 }
 
-/* Did the OOM killer end this run?  The kernel's counter grew while it ran
- * and the run died of SIGKILL (or a shell reported a child's: 137). */
+/* Did the OOM killer end this run?  It took a process of the run (the
+ * run's own counter grew: then all of it was killed, or is now), or the
+ * run died of SIGKILL (or a shell reported a child's: 137) and the counter
+ * grows right after. */
 static bool ended_by_oom(const sbx_run *r)
 {
-	if (r->oom_before < 0 || r->signalled)
+	if (!r->cg.version || (r->signalled && !r->oom_hit))
 		return false;
+	if (r->oom_hit || oom_counted(r, false))
+		return true;
 	/* init itself was the victim: the whole run died with it. */
 	if (!r->got_exit)
-		return !r->got_error && oom_counted(r);
+		return !r->got_error && oom_counted(r, true);
 	bool killed = (WIFSIGNALED(r->wstatus) && WTERMSIG(r->wstatus) == SIGKILL) ||
 		      (WIFEXITED(r->wstatus) && WEXITSTATUS(r->wstatus) == 128 + SIGKILL);
-	return killed && oom_counted(r);
+	return killed && oom_counted(r, true);
+}
+
+/* A memory-limited run, every OOM_POLL_MS: once the OOM killer took one of
+ * its processes, kill all of them through its cgroup (again at each look
+ * until the run has ended: a forking process may race one pass). */
+static void check_oom(sbx_run *r)
+{
+	uint64_t now = now_ns();
+	if (now < r->next_check)
+		return;
+	r->next_check = now + OOM_POLL_MS * 1000000ull;
+	if (!r->oom_hit && oom_counted(r, false))
+		r->oom_hit = true;
+	if (r->oom_hit) {
+		sbx_cgroup_run_kill(&r->cg);
+		if (r->pidfd >= 0)
+			sbx_sys_pidfd_send_signal(r->pidfd, SIGKILL);
+	}
 }
 
 /* After an OOM kill, wait (a little) until the kernel has freed the dead
@@ -293,15 +343,21 @@ static void finish(sbx_run *r)
 		res->returncode = WEXITSTATUS(r->wstatus);
 		res->term = r->timed_out ? SBX_TERM_TIMEOUT : SBX_TERM_EXIT;
 	}
-	if (!r->got_error && !r->timed_out && ended_by_oom(r)) {
+	if ((r->oom_hit || (!r->got_error && !r->timed_out)) && ended_by_oom(r)) {
 		res->term = SBX_TERM_OOM;
 		res->error[0] = '\0';
-		if (!r->got_exit) {
+		if (!r->got_exit || r->oom_hit) {
 			res->returncode = -SIGKILL;
 			res->signo = SIGKILL;
 		}
-		settle_memory(r->oom_path);
 	}
+	/* Nothing of the run outlives it (backend "none" has no PID namespace
+	 * to end it): what is left in its cgroup is killed as it goes (or is
+	 * kept for the next run, when empty). */
+	if (r->cg.version)
+		sbx_cgroup_run_remove(&r->cg);
+	if (res->term == SBX_TERM_OOM && r->oom_path)
+		settle_memory(r->oom_path);
 	r->done = true;
 	close_fd(&r->pidfd);
 }
@@ -353,6 +409,8 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 	for (;;) {
 		struct pollfd pfd[4];
 		int idx[4], n = 0;
+		if (r->cg.version)
+			check_oom(r);
 		if (r->status_fd < 0 && r->out_fd < 0 && r->err_fd < 0) {
 			close_fd(&r->in_fd);
 			finish(r);
@@ -379,6 +437,14 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 		if (timeout_ms >= 0) {
 			uint64_t now = now_ns();
 			wait = now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+		}
+		if (r->cg.version) {
+			uint64_t now = now_ns();
+			int next = now >= r->next_check
+					   ? 0
+					   : (int)((r->next_check - now + 999999) / 1000000);
+			if (wait < 0 || next < wait)
+				wait = next;
 		}
 		int pr = poll(pfd, (nfds_t)n, wait);
 		if (pr < 0 && errno != EINTR)
@@ -426,6 +492,9 @@ int sbx_run_kill(sbx_run *r, int signo, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "signal the run: %s",
 				   strerror(errno));
 	r->signalled = true;
+	/* A kill is for every process of the run, wherever it went. */
+	if (signo == SIGKILL && r->cg.version)
+		sbx_cgroup_run_kill(&r->cg);
 	return 0;
 }
 
@@ -460,6 +529,10 @@ void sbx_run_free(sbx_run *r)
 		return;
 	if (!r->done && r->pidfd >= 0)
 		sbx_sys_pidfd_send_signal(r->pidfd, SIGKILL);
+	if (r->cg.version) {
+		sbx_cgroup_run_kill(&r->cg);
+		sbx_cgroup_run_remove(&r->cg);
+	}
 	close_fd(&r->out_fd);
 	close_fd(&r->err_fd);
 	close_fd(&r->in_fd);

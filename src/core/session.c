@@ -174,13 +174,24 @@ static int take_direct(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
 		for (int sig = 1; sig < 65; sig++)
 			if (sig != SIGKILL && sig != SIGSTOP)
 				signal(sig, SIG_DFL);
-		/* Into the session's cgroup before anything runs. */
-		if (s->cg.version && sbx_cgroup_attach(&s->cg, getpid(), NULL) < 0)
+		/* Into the session's cgroup before anything runs; then say
+		 * so, or a run cgroup the host makes next would lose us. */
+		if (s->cg.version && (sbx_cgroup_attach(&s->cg, getpid(), NULL) < 0 ||
+				      send(sp[1], "c", 1, MSG_NOSIGNAL) != 1))
 			_exit(1);
 		sbx_init_main(&s->direct, sp[1]);
 	}
 	close(sp[1]);
 	s->direct_pidfds[s->n_direct++] = own;
+	char c;
+	ssize_t got = 1;
+	while (s->cg.version && (got = recv(sp[0], &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	if (got != 1) {
+		close(sp[0]);
+		return sbx_err_set(err, SBX_E_EXECUTION, EIO,
+				   "backend none: the run could not join the session's cgroup");
+	}
 	*pidfd = fcntl(own, F_DUPFD_CLOEXEC, 3);
 	*sock = sp[0];
 	if (*pidfd < 0) {
@@ -331,6 +342,11 @@ static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sb
 	if (userns >= 0)
 		close(userns);
 	return rc;
+}
+
+const sbx_cgroup *sbx_session_cgroup(const sbx_session *s)
+{
+	return &s->cg;
 }
 
 const char *sbx_session_oom_path(const sbx_session *s)

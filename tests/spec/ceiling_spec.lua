@@ -204,6 +204,136 @@ describe("resource ceilings", function()
     assert.is_nil(dirs()[mine], "its cgroup is gone")
   end)
 
+  -- The whole run goes on OOM, and kills go through the run's cgroup.
+  -- Each run of a session with a memory ceiling has a memory cgroup of its
+  -- own below the session's (issue 6): the OOM killer takes one process,
+  -- the host sees the run's own oom_kill counter grow (within ~50 ms) and
+  -- kills every process of that run, and of no other.
+
+  -- Processes on the host whose command line holds mark (pgrep's own
+  -- pattern does not match itself).
+  local function alive(mark)
+    local p = io.popen("pgrep -f " .. H.q(mark:sub(1, -2) .. "[" .. mark:sub(-1) .. "]"))
+    local out = p:read("*a")
+    p:close()
+    return out
+  end
+  -- A mark no other test run shares (math.random is not seeded).
+  local function unique(prefix)
+    local f = assert(io.open("/proc/sys/kernel/random/uuid"))
+    local id = f:read("*l"):gsub("%-", "")
+    f:close()
+    return prefix .. id
+  end
+  local function wait_gone(mark, ms)
+    local t0 = T.now_ms()
+    while alive(mark) ~= "" and T.now_ms() - t0 < ms do H.sh("sleep 0.05") end
+    return alive(mark)
+  end
+
+  local NONE_POLICY = T.tmpdir("/var/tmp") .. "/oom-none.lua"
+  do
+    local f = assert(io.open(NONE_POLICY, "w"))
+    f:write('return { name = "oom-none", ceilings = { backends = { "userns", "none" } } }\n')
+    f:close()
+  end
+  local BACKENDS = {
+    { name = "default", opts = "" },
+    { name = "none", opts = ("backend = 'none', policy = %q,"):format(NONE_POLICY) },
+  }
+
+  it("kill the whole run on OOM, not just the process the kernel picked", function()
+    local out, rc = H.run_child([[
+      local sbx = require "sbx"
+      local s = sbx.session { memory_mb = 64 }
+      local r = s:exec([=[sh -c 'python3 -c "x = bytearray(10**9)"; echo survived; sleep 5; echo after']=])
+      print("reason=" .. r.termination_reason)
+      print("rc=" .. tostring(r.returncode))
+      print("ms=" .. tostring(r.runtime_ms))
+      print("stdout=" .. r.stdout:gsub("\n", "|"))
+      local again = s:exec("echo still here")
+      print("again=" .. again.stdout:gsub("\n", "|") .. again.termination_reason)
+      s:close()
+    ]], 60)
+    assert.are.equal(0, rc, out)
+    assert.are.equal("oom", out:match("reason=([^\n]*)"), out)
+    assert.are.equal(-9, tonumber(out:match("rc=(%-?%d+)")), out)
+    -- The shell goes on for at most one look (50 ms) after python's death:
+    -- "survived" may make it out, the sleep never ends, "after" never comes.
+    assert.is_true(tonumber(out:match("ms=(%d+)")) < 2500, out)
+    assert.is_nil(out:match("stdout=[^\n]*after"), out)
+    assert.are.equal("still here|", out:match("again=([^\n]*)"), out)
+  end)
+
+  it("kill only the run that hit the ceiling; a concurrent one ends normally", function()
+    local out, rc = H.run_child([[
+      local sbx = require "sbx"
+      local s = sbx.session { memory_mb = 64 }
+      local calm = s:run("sleep 1; echo ok")
+      local bomb = s:run([=[python3 -c "x = bytearray(10**9)"; sleep 5; echo after]=])
+      local bout = bomb:communicate()
+      local cout = calm:communicate()
+      print("bomb=" .. bomb.termination_reason .. "," .. tostring(bomb.returncode) .. "," .. bout:gsub("\n", "|"))
+      print("calm=" .. calm.termination_reason .. "," .. tostring(calm.returncode) .. "," .. cout:gsub("\n", "|"))
+      -- Counted for the session, also once the run's cgroup is gone.
+      print("kills=" .. tostring(s._st.core:oom_kills()))
+      s:close()
+    ]], 60)
+    assert.are.equal(0, rc, out)
+    assert.are.equal("oom,-9,", out:match("bomb=([^\n]*)"), out)
+    assert.are.equal(",0,ok|", out:match("calm=([^\n]*)"), out)
+    assert.is_true(tonumber(out:match("kills=(%d+)")) >= 1, out)
+  end)
+
+  for _, b in ipairs(BACKENDS) do
+    it("leave nothing of an OOM-killed run, not even a setsid child (" .. b.name .. ")", function()
+      local mark = unique("oomholder" .. b.name)
+      local out, rc = H.run_child(([[
+        local sbx = require "sbx"
+        local s = sbx.session { %s memory_mb = 64 }
+        local r = s:exec([=[setsid python3 -c "import time; x = bytearray(8 << 20); time.sleep(60) #%s" &
+          sleep 0.5; python3 -c "x = bytearray(10**9)"; sleep 30]=])
+        print("reason=" .. r.termination_reason)
+        io.stdout:flush()
+        local left = io.popen("pgrep -f '%s'"):read("*a")
+        print("left=" .. left:gsub("\n", ","))
+        s:close()
+      ]]):format(b.opts, mark, mark:sub(1, -2) .. "[" .. mark:sub(-1) .. "]"), 60)
+      assert.are.equal(0, rc, out)
+      assert.are.equal("oom", out:match("reason=([^\n]*)"), out)
+      -- Checked right as the run ended, before the session closed.
+      assert.are.equal("", out:match("left=([^\n]*)"), out)
+      assert.are.equal("", wait_gone(mark, 2000))
+    end)
+
+    it("kill every process of a run, setsid and double-forked ones too (" .. b.name .. ")", function()
+      local mark = unique("oomkill" .. b.name)
+      local out, rc = H.run_child(([[
+        local sbx = require "sbx"
+        local s = sbx.session { %s memory_mb = 128 }
+        -- One escapes by setsid from a shell that then exits, one by
+        -- setsid and a double fork of its own.
+        local p = s:run([=[(setsid sh -c 'python3 -c "import time; time.sleep(300)" %s &' &)
+          (python3 -c "import os, time; os.setsid(); os.fork() and os._exit(0); time.sleep(300)" %s &)
+          echo started; sleep 300]=])
+        print("first=" .. p:read("stdout"))
+        os.execute("sleep 0.3")
+        print("before=" .. io.popen("pgrep -f '%s' | wc -l"):read("*l"))
+        p:kill()
+        p:wait()
+        print("reason=" .. p.termination_reason)
+        print("after=" .. io.popen("pgrep -f '%s' | wc -l"):read("*l"))
+        s:close()
+      ]]):format(b.opts, mark, mark, mark:sub(1, -2) .. "[" .. mark:sub(-1) .. "]",
+        mark:sub(1, -2) .. "[" .. mark:sub(-1) .. "]"), 60)
+      assert.are.equal(0, rc, out)
+      assert.is_true(tonumber(out:match("before=(%d+)")) >= 2, out)
+      assert.are.equal("killed", out:match("reason=([^\n]*)"), out)
+      assert.are.equal("0", out:match("after=(%d+)"), out)
+      assert.are.equal("", wait_gone(mark, 2000))
+    end)
+  end
+
   it("refuse ceilings above the policy's, and nonsense values", function()
     T.expect("PolicyDenied", sbx.session, { memory_mb = 1024 * 1024 })
     T.expect("PolicyDenied", sbx.session, { pids = 1000000 })

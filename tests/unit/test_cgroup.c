@@ -2,7 +2,8 @@
  * test_cgroup.c: the session cgroup code against fake cgroupfs trees, so
  * the v2 paths (production) are checked on this v1 machine too: which
  * files get which limits, what a missing controller says, the oom_kill
- * counter parser.
+ * counter parser, and the per-run memory cgroups (made, filled with a real
+ * process tree of ours, counted, killed).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,7 +17,10 @@
 #include <string.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,9 +95,209 @@ static void test_v2_limits(void **state)
 	snprintf(p, sizeof(p), "%s/memory.swap.max", dir);
 	assert_int_equal(access(p, F_OK), -1);
 	assert_true(strstr(cg.oom_path, "/sbx/abc/memory.events") != NULL);
+	/* With a memory ceiling the session hands memory down to its runs'
+	 * cgroups, so the zygote lives in a leaf. */
+	assert_file(dir, "cgroup.subtree_control", "+memory");
 	if (sbx_cgroup_attach(&cg, 4242, &err) != 0)
 		fail_msg("attach: %s", err.msg);
-	assert_file(dir, "cgroup.procs", "4242");
+	char leaf[PATH_MAX + 16];
+	snprintf(leaf, sizeof(leaf), "%s/zygote", dir);
+	assert_string_equal(cg.leaf, leaf);
+	assert_file(leaf, "cgroup.procs", "4242");
+	sbx_cgroup_destroy(&cg, NULL);
+}
+
+static void test_v2_no_memory_no_leaf(void **state)
+{
+	(void)state;
+	sbx_cgroup cg;
+	sbx_err err = {0};
+	sbx_cgroup_limits lim = {.pids_max = 10};
+	char dir[PATH_MAX];
+
+	write_file(root, "cgroup.controllers", "memory pids\n");
+	if (sbx_cgroup_create(&cg, root, "p", &lim, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	snprintf(dir, sizeof(dir), "%s/sbx/p", root);
+	assert_string_equal(cg.leaf, "");
+	assert_null(cg.tally);
+	assert_int_equal(sbx_cgroup_attach(&cg, 4243, &err), 0);
+	assert_file(dir, "cgroup.procs", "4243");
+	/* No memory ceiling: no run cgroup, nothing to kill. */
+	sbx_run_cgroup rc;
+	assert_int_equal(sbx_cgroup_run_create(&cg, 0, &rc, &err), 0);
+	assert_int_equal(rc.version, 0);
+	assert_int_equal(sbx_cgroup_run_kill(&rc), 0);
+	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
+	sbx_cgroup_destroy(&cg, NULL);
+}
+
+static int pidfd_open_(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* A child of ours that forks a grandchild; both wait to be killed.  The
+ * grandchild's pid comes back through a pipe. */
+static pid_t tree(pid_t *grandchild)
+{
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		pid_t g = fork();
+		if (g == 0) {
+			for (;;)
+				pause();
+		}
+		(void)!write(p[1], &g, sizeof(g));
+		for (;;)
+			pause();
+	}
+	assert_int_equal(read(p[0], grandchild, sizeof(*grandchild)), sizeof(*grandchild));
+	close(p[0]);
+	close(p[1]);
+	return child;
+}
+
+/* Did pid die of SIGKILL (within a second)?  Its pidfd turns readable. */
+static bool died(int pidfd)
+{
+	struct pollfd pfd = {pidfd, POLLIN, 0};
+	return poll(&pfd, 1, 1000) == 1;
+}
+
+static void test_v2_run_cgroup(void **state)
+{
+	(void)state;
+	sbx_cgroup cg;
+	sbx_run_cgroup rc;
+	sbx_err err = {0};
+	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
+	char dir[PATH_MAX], want[PATH_MAX + 64], procs[64];
+	pid_t g, child = tree(&g);
+	int pidfd = pidfd_open_(child), gfd = pidfd_open_(g);
+
+	assert_true(pidfd >= 0 && gfd >= 0);
+	write_file(root, "cgroup.controllers", "memory pids\n");
+	if (sbx_cgroup_create(&cg, root, "r2", &lim, &err) != 0)
+		fail_msg("create: %s", err.msg);
+	if (sbx_cgroup_run_create(&cg, pidfd, &rc, &err) != 0)
+		fail_msg("run create: %s", err.msg);
+	snprintf(dir, sizeof(dir), "%s/sbx/r2", root);
+	snprintf(want, sizeof(want), "%s/run-", dir);
+	assert_int_equal(rc.version, 2);
+	assert_true(strncmp(rc.dir, want, strlen(want)) == 0);
+	/* The kernel kills the whole run itself. */
+	assert_file(rc.dir, "memory.oom.group", "1");
+	/* init first, then the child it has. */
+	snprintf(procs, sizeof(procs), "%d\n%d\n", (int)child, (int)g);
+	assert_file(rc.dir, "cgroup.procs", procs);
+	assert_true(strstr(rc.oom_path, "/run-") && strstr(rc.oom_path, "/memory.events"));
+	assert_int_equal(rc.oom_base, 0);
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), -1);
+	write_file(rc.dir, "memory.events", "oom 1\noom_kill 1\noom_group_kill 1\n");
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 1);
+	/* v2's session counter is hierarchical already: nothing added. */
+	write_file(dir, "memory.events", "oom 1\noom_kill 4\n");
+	assert_int_equal(sbx_cgroup_oom_kills(&cg), 4);
+	/* No cgroup.kill (before 5.14): every listed pid gets SIGKILL. */
+	assert_true(sbx_cgroup_run_kill(&rc) > 0); /* a fake file still lists them */
+	assert_true(died(pidfd));
+	assert_true(died(gfd));
+	int st;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	close(pidfd);
+	close(gfd);
+	/* Emptied (the kernel's doing on a real cgroupfs): kept for the
+	 * session's next run, which starts in it with the count noted. */
+	char kept[PATH_MAX];
+	snprintf(kept, sizeof(kept), "%s", rc.dir);
+	write_file(rc.dir, "cgroup.procs", "");
+	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
+	assert_int_equal(rc.version, 0);
+	assert_null(rc.tally);
+	child = tree(&g);
+	pidfd = pidfd_open_(child);
+	if (sbx_cgroup_run_create(&cg, pidfd, &rc, &err) != 0)
+		fail_msg("run create again: %s", err.msg);
+	assert_string_equal(rc.dir, kept);
+	assert_int_equal(rc.oom_base, 1);
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 1);
+	snprintf(procs, sizeof(procs), "%d\n%d\n", (int)child, (int)g);
+	assert_file(rc.dir, "cgroup.procs", procs);
+	/* A second run while the first still has it: a new cgroup. */
+	sbx_run_cgroup rc2;
+	pid_t g2, child2 = tree(&g2);
+	int pidfd2 = pidfd_open_(child2);
+	assert_int_equal(sbx_cgroup_run_create(&cg, pidfd2, &rc2, &err), 0);
+	assert_string_not_equal(rc2.dir, kept);
+	assert_int_equal(rc2.oom_base, 0);
+	sbx_cgroup_run_kill(&rc);
+	sbx_cgroup_run_kill(&rc2);
+	waitpid(child, NULL, 0);
+	waitpid(child2, NULL, 0);
+	close(pidfd);
+	close(pidfd2);
+	/* Not empty (a fake file keeps its pids): removed, and a fake dir
+	 * keeps its files, so it will not go, and says so. */
+	assert_int_equal(sbx_cgroup_run_remove(&rc2), -1);
+	write_file(rc.dir, "cgroup.procs", "");
+	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
+	sbx_cgroup_destroy(&cg, NULL);
+}
+
+static void test_v2_run_cgroup_kill_file(void **state)
+{
+	(void)state;
+	sbx_cgroup cg;
+	sbx_run_cgroup rc;
+	sbx_err err = {0};
+	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
+	pid_t g, child = tree(&g);
+	int pidfd = pidfd_open_(child);
+
+	write_file(root, "cgroup.controllers", "memory\n");
+	assert_int_equal(sbx_cgroup_create(&cg, root, "k2", &lim, &err), 0);
+	assert_int_equal(sbx_cgroup_run_create(&cg, pidfd, &rc, &err), 0);
+	/* With cgroup.kill (5.14+) one write kills it all, forks included. */
+	write_file(rc.dir, "cgroup.kill", "");
+	assert_int_equal(sbx_cgroup_run_kill(&rc), 0);
+	assert_file(rc.dir, "cgroup.kill", "1");
+	kill(child, SIGKILL);
+	kill(g, SIGKILL);
+	waitpid(child, NULL, 0);
+	write_file(rc.dir, "cgroup.procs", "");
+	sbx_cgroup_run_remove(&rc);
+	close(pidfd);
+	sbx_cgroup_destroy(&cg, NULL);
+}
+
+static void test_run_cgroup_dead_init(void **state)
+{
+	(void)state;
+	sbx_cgroup cg;
+	sbx_run_cgroup rc;
+	sbx_err err = {0};
+	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
+
+	write_file(root, "cgroup.controllers", "memory\n");
+	assert_int_equal(sbx_cgroup_create(&cg, root, "d", &lim, &err), 0);
+	pid_t child = fork();
+	if (child == 0)
+		_exit(0);
+	int pidfd = pidfd_open_(child);
+	assert_true(pidfd >= 0);
+	waitpid(child, NULL, 0);
+	/* Reaped: its pidfd names no pid; the caller takes another init. */
+	errno = 0;
+	assert_int_equal(sbx_cgroup_run_create(&cg, pidfd, &rc, &err), -1);
+	assert_int_equal(errno, ESRCH);
+	assert_int_equal(rc.version, 0);
+	close(pidfd);
+	sbx_cgroup_destroy(&cg, NULL);
 }
 
 static void test_v2_existing_dir_and_oom_counter(void **state)
@@ -117,6 +321,7 @@ static void test_v2_existing_dir_and_oom_counter(void **state)
 	assert_int_equal(sbx_cgroup_create(&cg, root, "s1", &lim, &err), 0);
 	write_file(dir, "memory.events", "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\n");
 	assert_int_equal(sbx_cgroup_oom_kills(&cg), 2);
+	sbx_cgroup_destroy(&cg, NULL);
 }
 
 static void test_v2_missing_controller(void **state)
@@ -258,6 +463,36 @@ static void test_v1_limits(void **state)
 	write_file(cg.dir[SBX_CG_MEMORY], "memory.oom_control",
 		   "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n");
 	assert_int_equal(sbx_cgroup_oom_kills(&cg), 7);
+
+	/* A run's cgroup: in the memory hierarchy only, no oom.group (v1
+	 * has none); v1 counts a kill only in the victim's cgroup, so the
+	 * session's count adds its runs'. */
+	sbx_run_cgroup rc;
+	pid_t g, child = tree(&g);
+	int pidfd = pidfd_open_(child);
+	if (sbx_cgroup_run_create(&cg, pidfd, &rc, &err) != 0)
+		fail_msg("run create: %s", err.msg);
+	assert_int_equal(rc.version, 1);
+	snprintf(d, sizeof(d), "%s/memory/sbx/v1id/run-", root);
+	assert_true(strncmp(rc.dir, d, strlen(d)) == 0);
+	snprintf(d, sizeof(d), "%s", rc.dir);
+	snprintf(p, sizeof(p), "%s/memory.oom.group", d);
+	assert_int_equal(access(p, F_OK), -1);
+	snprintf(p, sizeof(p), "%s/pids/sbx/v1id/%s", root, strrchr(d, '/') + 1);
+	assert_int_equal(access(p, F_OK), -1);
+	assert_true(strstr(rc.oom_path, "/memory.oom_control") != NULL);
+	write_file(d, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 2);
+	assert_int_equal(sbx_cgroup_oom_kills(&cg), 9);
+	sbx_cgroup_run_kill(&rc);
+	int st;
+	assert_int_equal(waitpid(child, &st, 0), child);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	kill(g, SIGKILL);
+	write_file(d, "cgroup.procs", "");
+	sbx_cgroup_run_remove(&rc);
+	close(pidfd);
+	sbx_cgroup_destroy(&cg, NULL);
 }
 
 static void test_v1_missing_hierarchy(void **state)
@@ -311,6 +546,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_v2_limits, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_existing_dir_and_oom_counter, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_no_memory_no_leaf, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_run_cgroup, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_run_cgroup_kill_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_cgroup_dead_init, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_missing_controller, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_device_rules_fail_closed, setup, teardown),
 		cmocka_unit_test(test_devrule_parse),
