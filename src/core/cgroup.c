@@ -534,6 +534,19 @@ static pid_t pidfd_pid(int pidfd)
 
 /* Write pid into dir/cgroup.procs (appended: a fake cgroupfs keeps every
  * one); -1 with errno (ESRCH: it died) and err. */
+/* oom_score_adj 1000 for a run's process (raising needs no privilege; a
+ * process already gone is no worry). */
+static void oom_first(long pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%ld/oom_score_adj", pid);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, "1000", 4);
+		close(fd);
+	}
+}
+
 static int move_pid(const char *dir, long pid, sbx_err *err)
 {
 	char path[PATH_MAX], v[32];
@@ -595,12 +608,19 @@ int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, s
 			 rc->dir);
 	}
 	/* init first: a workload it forks from now on is born inside (fork
-	 * and migration exclude each other); then the ones it has. */
+	 * and migration exclude each other); then the ones it has.  Each is
+	 * also made the OOM killer's first choice (zygote.c: idle inits are
+	 * not). */
 	if (move_pid(rc->dir, pid, err) < 0)
 		goto fail;
+	oom_first(pid);
 	char path[96], kids[4096];
 	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)pid);
 	if (slurp(path, "children", kids, sizeof(kids)) < 0) {
+		/* No /proc entry: init died since we moved it (the OOM
+		 * killer takes idle inits too); the caller takes another. */
+		if (errno == ENOENT)
+			errno = ESRCH;
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "read %s/children: %s", path,
 			    strerror(errno));
 		goto fail;
@@ -615,6 +635,8 @@ int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, s
 				    kid, rc->dir, strerror(errno));
 			goto fail;
 		}
+		if (kid > 0)
+			oom_first(kid);
 	}
 	/* (A new cgroup's counter is 0.) */
 	rc->tally = tally_ref(cg->tally);

@@ -136,7 +136,7 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 		}
 		/* Into a cgroup of its own before it gets anything to run. */
 		if (limited && sbx_cgroup_run_create(sbx_session_cgroup(s), *pidfd, cg, err) < 0) {
-			int e = errno;
+			int e = err ? err->sys_errno : errno;
 			close(sock);
 			close_fd(pidfd);
 			if (e == ESRCH)

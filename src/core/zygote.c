@@ -68,16 +68,12 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 		close(sp[1]);
 		return;
 	}
-	/* With a memory ceiling, the OOM killer must take a run, never the
-	 * session: each init (and so its workload) is born with
-	 * oom_score_adj 1000, which outweighs any size the zygote can have
-	 * within the ceiling.  Raising needs no privilege, and going back
-	 * down to where we started (0, the lower bound) needs none either. */
-	if (cfg->oom_fd >= 0)
-		(void)!pwrite(cfg->oom_fd, "1000", 4, 0);
+	/* The init is born with our oom_score_adj: an idle warm run is as
+	 * safe from the OOM killer as the zygote.  The host raises a run's
+	 * to 1000 when it takes it (sbx_cgroup_run_create), so with a memory
+	 * ceiling the killer takes a running command, never the session or
+	 * the next run waiting for its turn. */
 	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd);
-	if (cfg->oom_fd >= 0 && pid != 0)
-		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
 	/* Should we fail to step back, the zygote must not offer runs in the
 	 * wrong namespace: dying ends the session, which is what it is. */
 	if (pid != 0 && mode != SBX_NET_BLOCKED &&

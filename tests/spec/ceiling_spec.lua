@@ -72,6 +72,34 @@ describe("resource ceilings", function()
     }
   end
 
+  it("make a running command the OOM killer's first choice, never an idle warm run", function()
+    local out, rc = H.run_child([[
+      local sbx = require "sbx"
+      local s = sbx.session { memory_mb = 256, warm_runs = 2 }
+      local p = s:run("cat /proc/self/oom_score_adj; sleep 2")
+      local first = p:read()
+      -- The host's view: every sbx-init below this process's zygote.
+      local me = io.open("/proc/self/stat"):read("*a"):match("^(%d+)")
+      local z = io.popen("pgrep -P " .. me .. " -x sbx-zygote"):read("*l")
+      for pid in io.popen("pgrep -P " .. z .. " -x sbx-init"):lines() do
+        local adj = io.open("/proc/" .. pid .. "/oom_score_adj"):read("*l")
+        print("init=" .. adj)
+      end
+      print("inside=" .. first:gsub("%s", ""))
+      p:wait()
+      s:close()
+    ]], 60)
+    assert.are.equal(0, rc, out)
+    assert.are.equal("1000", out:match("inside=(%-?%d+)"), out)
+    local running, idle = 0, 0
+    for adj in out:gmatch("init=(%-?%d+)") do
+      if adj == "1000" then running = running + 1 else idle = idle + 1 end
+      assert.is_true(adj == "1000" or tonumber(adj) <= 0, out)
+    end
+    assert.are.equal(1, running, out)
+    assert.is_true(idle >= 1, "no idle warm run seen: " .. out)
+  end)
+
   it("end a memory bomb as oom, and the session stays usable", function()
     local r = oom_case("python3 -c 'b = bytearray(1024 * 1024 * 1024); print(len(b))'")
     assert.are.equal("oom", r.reason, r.out)
