@@ -130,10 +130,13 @@ describe("GPU binding (stand-in nodes)", function()
   end)
 
   it("never gives one GPU to two sessions", function()
-    local a = sbx.session { gpus = 1, policy = policy }
-    finally(function() a:close() end)
-    local b = sbx.session { gpus = 1, policy = policy }
-    finally(function() b:close() end)
+    -- One finally per test (busted keeps only the last): close them all.
+    local a, b, c
+    finally(function()
+      for _, s in pairs { a, b, c } do s:close() end
+    end)
+    a = sbx.session { gpus = 1, policy = policy }
+    b = sbx.session { gpus = 1, policy = policy }
     local na, nb = nodes(a), nodes(b)
     assert.is_truthy(table.concat(na, " "):find("nvidia0", 1, true))
     assert.is_truthy(table.concat(nb, " "):find("nvidia1", 1, true))
@@ -144,8 +147,7 @@ describe("GPU binding (stand-in nodes)", function()
     assert.matches("free", e.message, 1, true)
     a:close()
     -- Released at close: nvidia0 is free again.
-    local c = sbx.session { gpus = 2, policy = policy }
-    finally(function() c:close() end)
+    c = sbx.session { gpus = 2, policy = policy }
     assert.are.equal("0,2 0,1\n", c:exec("echo $NVIDIA_VISIBLE_DEVICES $CUDA_VISIBLE_DEVICES").stdout)
   end)
 

@@ -459,13 +459,17 @@ describe("sbx.policy on on-device sessions", function()
 
   it("keeps open sessions on their policy across a reload, unless it says reapply", function()
     local e, _, path = load("return { name = 'v1', on_run = function() return true end }")
-    local old = sbx.session { policy = e }
-    finally(function() old:close() end)
+    local old, new
+    -- One finally per test (busted keeps only the last).
+    finally(function()
+      if old then old:close() end
+      if new then new:close() end
+    end)
+    old = sbx.session { policy = e }
     write(path, "return { name = 'v2', on_run = function(r) return false, 'v2 denies' end }")
     assert.is_true(e:reload())
     assert.are.equal(0, old:exec("true").returncode, "opened under v1: still v1")
-    local new = sbx.session { policy = e }
-    finally(function() new:close() end)
+    new = sbx.session { policy = e }
     assert.matches("v2 denies", T.expect("PolicyDenied", new.exec, new, "true").message, 1, true)
     -- A broken reload changes nothing.
     write(path, "return {")

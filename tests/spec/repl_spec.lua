@@ -115,24 +115,27 @@ describe("the sbxlua REPL under tmux", function()
   end)
 
   it("keeps history across restarts", function()
-    local t = term(history)
-    finally(function() t:kill() end)
+    local t, t2 = term(history), nil
+    -- One finally per test (busted keeps only the last).
+    finally(function()
+      t:kill()
+      if t2 then t2:kill() end
+    end)
     t:keys("remembered_value = 12345", "<Enter>")
     t:wait_for("sbx> remembered_value = 12345\nsbx>")
     t:keys("<C-d>")
     sh("sleep 0.3")
     t:kill()
-    local t2 = term(history)
-    finally(function() t2:kill() end)
+    t2 = term(history)
     t2:keys("<Up>")
     t2:wait_for("sbx> remembered_value = 12345")
   end)
 
   it("moves files with :put and :get, and names unknown commands", function()
     local t = term(history)
-    finally(function() t:kill() end)
     local src, dst = os.tmpname(), os.tmpname()
-    finally(function() os.remove(src) os.remove(dst) end)
+    -- One finally per test: busted keeps only the last one given.
+    finally(function() t:kill() os.remove(src) os.remove(dst) end)
     local f = assert(io.open(src, "w"))
     f:write("payload-123\n")
     f:close()
