@@ -609,6 +609,17 @@ static void refuse(struct conn *c, const sbx_proxy_verdict *v)
 	conn_fail(c, 403, 0x02, v->reason[0] ? v->reason : "not allowed");
 }
 
+/* Ask the decider about q; false when it refuses (the client is told). */
+static bool ask(struct conn *c, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+{
+	memset(v, 0, sizeof(*v));
+	c->p->cfg.decide(c->p->cfg.ud, q, v);
+	verdict_terminate(v);
+	if (!v->allow)
+		refuse(c, v);
+	return v->allow;
+}
+
 /* decide(ADDRS) over c->addrs, then dial. */
 static void check_addrs(struct conn *c)
 {
@@ -628,13 +639,8 @@ static void check_addrs(struct conn *c)
 			snprintf(text[i], sizeof(text[i]), "?");
 		ptrs[i] = text[i];
 	}
-	memset(&v, 0, sizeof(v));
-	p->cfg.decide(p->cfg.ud, &q, &v);
-	verdict_terminate(&v);
-	if (!v.allow) {
-		refuse(c, &v);
+	if (!ask(c, &q, &v))
 		return;
-	}
 	p->st.allowed++;
 	c->next_addr = 0;
 	dial_next(c);
@@ -649,13 +655,8 @@ static void on_target(struct conn *c)
 	sbx_proxy_verdict v;
 
 	c->deadline = 0;
-	memset(&v, 0, sizeof(v));
-	p->cfg.decide(p->cfg.ud, &q, &v);
-	verdict_terminate(&v);
-	if (!v.allow) {
-		refuse(c, &v);
+	if (!ask(c, &q, &v))
 		return;
-	}
 	if (v.literal[0] && v.resolve[0]) {
 		conn_fail(c, 403, 0x02, "decider gave both a literal and a name to resolve");
 		return;

@@ -11,25 +11,11 @@ local T = dofile(here .. "helpers.lua")
 local H = dofile(here .. "sec_helpers.lua")
 local sbx = T.sbx
 
-local function is_root()
-  local p = io.popen("id -u")
-  local uid = p:read("*l")
-  p:close()
-  return uid == "0"
-end
-
-if not T.has_core() or not is_root() then
+if not T.has_core() or not H.is_root() then
   describe("resource ceilings", function()
     pending("needs sbx.core and root (cgroups, tmpfs work dir)")
   end)
   return
-end
-
-local function df_avail_kb(path)
-  local p = io.popen("df -Pk " .. path .. " | tail -1")
-  local line = p:read("*l")
-  p:close()
-  return tonumber(line:match("^%S+%s+%d+%s+%d+%s+(%d+)"))
 end
 
 local function cgroup_of(pid, ctrl)
@@ -161,13 +147,13 @@ describe("resource ceilings", function()
   it("cap the work dir at disk_mb: ENOSPC inside, the host disk untouched", function()
     local s = sbx.session { disk_mb = 8 }
     finally(function() s:close() end)
-    local before = df_avail_kb("/var/lib/sbx")
+    local before = H.df_avail_kb("/var/lib/sbx")
     local r = s:exec("head -c 64M /dev/zero > fill; echo rc=$?; ls -l fill")
     assert.matches("No space left on device", r.stderr, 1, true)
     assert.matches("rc=1", r.stdout, 1, true)
     local size = tonumber(r.stdout:match("sandbox%s+sandbox%s+(%d+)"))
     assert.is_true(size <= 8 * 1024 * 1024, T.show(r))
-    local after = df_avail_kb("/var/lib/sbx")
+    local after = H.df_avail_kb("/var/lib/sbx")
     assert.is_true(math.abs(before - after) < 4096, "the host disk did not take the 8 MiB")
     -- Once there is room again, it is an ordinary work dir.
     s:exec("rm fill")

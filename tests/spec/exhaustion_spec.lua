@@ -17,14 +17,7 @@ local H = dofile(here .. "sec_helpers.lua")
 local S = dofile(T.ROOT .. "/tests/server/harness.lua")
 local sbx = T.sbx
 
-local function is_root()
-  local p = io.popen("id -u")
-  local uid = p:read("*l")
-  p:close()
-  return uid == "0"
-end
-
-if not T.has_core() or not is_root() or not S.have("python3") then
+if not T.has_core() or not H.is_root() or not S.have("python3") then
   describe("resource exhaustion", function()
     pending("needs sbx.core, root (cgroups, tmpfs work dir) and python3")
   end)
@@ -32,13 +25,6 @@ if not T.has_core() or not is_root() or not S.have("python3") then
 end
 
 -- ---- host-side tools ---------------------------------------------------------
-
-local function df_avail_kb(path)
-  local p = io.popen("df -Pk " .. path .. " | tail -1")
-  local line = p:read("*l")
-  p:close()
-  return tonumber(line:match("^%S+%s+%d+%s+%d+%s+(%d+)"))
-end
 
 -- The host path of session s's cgroup for one v1 controller (or the v2
 -- unified dir): found through a run's process, seen from the host.
@@ -69,25 +55,6 @@ end
 local function cg_read(dir, file)
   local s = H.read_file(dir .. "/" .. file)
   return s and tonumber(s:match("%d+"))
-end
-
--- The host fds this process holds of the kinds sbx opens (pipes, sockets,
--- anon inodes, memfds, state and work dirs); as in lifetime_spec, files the
--- sanitizer runtime opens lazily are not counted.
-local function fd_count()
-  collectgarbage("collect")
-  collectgarbage("collect")
-  local p = io.popen("ls -l /proc/" .. H.getpid() .. "/fd")
-  local n = 0
-  for line in p:lines() do
-    local target = line:match(" %-> (.*)$")
-    if target and (target:match("^pipe:") or target:match("^socket:") or target:match("^anon_inode:")
-        or target:match("^/memfd:") or target:find("/sbx", 1, true) or target:find("sandbox", 1, true)) then
-      n = n + 1
-    end
-  end
-  p:close()
-  return n - 1 -- the pipe of this popen
 end
 
 local function percentile(list, q)
@@ -348,7 +315,7 @@ if n == 1024:
   it("fills the disk_mb work dir to ENOSPC (write loop and fallocate); the host disk is untouched", function()
     local s = H.session { disk_mb = 8 }
     finally(function() s:close() end)
-    local before = df_avail_kb("/var/lib/sbx")
+    local before = H.df_avail_kb("/var/lib/sbx")
     local r = H.py(s, [[
 import os, errno
 n = 0
@@ -372,7 +339,7 @@ print("size", os.path.getsize("fill"))
     assert.matches("fallocate ENOSPC", r.stdout, 1, true)
     local size = tonumber(r.stdout:match("size (%d+)"))
     assert.is_true(size <= 8 * 1024 * 1024, H.show(r))
-    local after = df_avail_kb("/var/lib/sbx")
+    local after = H.df_avail_kb("/var/lib/sbx")
     assert.is_true(math.abs(before - after) < 4096,
       ("the host disk moved by %d KiB"):format(before - after))
     -- A put into the full dir is a clean error, not a crash, and the dir is
@@ -443,7 +410,7 @@ for d in (".", "/tmp", "/dev/shm"):
     local s = H.session {}
     finally(function() s:close() end)
     s:exec("true")
-    local before = fd_count()
+    local before = H.fd_count()
     local r = H.py(s, [[
 import os, errno, resource, socket
 fds = []
@@ -474,7 +441,7 @@ except (ValueError, OSError) as e:
     for _ = 1, 3 do
       s:exec("python3 -c 'import os\ntry:\n  while True: os.open(\"/dev/null\", 0)\nexcept OSError: pass'")
     end
-    assert.are.equal(before, fd_count())
+    assert.are.equal(before, H.fd_count())
     assert.are.equal("ok\n", s:exec("echo ok").stdout)
   end)
 

@@ -13,26 +13,6 @@ local function marker_number()
   return "9" .. H.token()
 end
 
--- The host's fds of the kinds sbx opens: pipes, sockets, anon inodes
--- (pidfds, signalfds, memfds) and anything in a state or work dir.  Files
--- the sanitizer runtime opens lazily (an ASan build reads /proc/self/maps
--- now and then) are not sbx's and are not counted.
-local function fd_count()
-  collectgarbage("collect")
-  collectgarbage("collect")
-  local p = io.popen("ls -l /proc/" .. H.getpid() .. "/fd")
-  local n = 0
-  for line in p:lines() do
-    local target = line:match(" %-> (.*)$")
-    if target and (target:match("^pipe:") or target:match("^socket:") or target:match("^anon_inode:")
-        or target:match("^/memfd:") or target:find("/sbx", 1, true) or target:find("sandbox", 1, true)) then
-      n = n + 1
-    end
-  end
-  p:close()
-  return n - 1 -- the pipe of this popen
-end
-
 local function sorted(t)
   local c = {}
   for i, v in ipairs(t) do
@@ -228,7 +208,7 @@ for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
 
   it("does not leak host fds across runs", function()
     s:exec("true")
-    local before = fd_count()
+    local before = H.fd_count()
     for _ = 1, 10 do
       s:exec("echo x; echo y >&2")
       local p = s:run("sleep 30", { stdout = true, stderr = true })
@@ -237,7 +217,7 @@ for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP):
     end
     local p = s:run("sleep 30", { timeout_s = 1 })
     p:wait()
-    assert.are.equal(before, fd_count())
+    assert.are.equal(before, H.fd_count())
   end)
 end)
 
@@ -247,7 +227,7 @@ describe("userns lifetime: closing the session", function()
   end)
 
   it("ends every process, removes the fresh work dir, leaves no mount", function()
-    local fds_before = fd_count()
+    local fds_before = H.fd_count()
     local s = H.session()
     local wd = s.work_dir
     assert.is_true(H.exists(wd))
@@ -274,7 +254,7 @@ describe("userns lifetime: closing the session", function()
     assert.are.equal("SessionClosed", H.errkind(err))
     pcall(p.wait, p)
     p = nil
-    local fds_after = fd_count()
+    local fds_after = H.fd_count()
     assert.is_true(fds_after <= fds_before, string.format("host fds leaked by the session: %d before, %d after",
       fds_before, fds_after))
   end)

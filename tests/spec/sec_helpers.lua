@@ -187,6 +187,43 @@ function M.results(text)
   return t
 end
 
+-- ---- host-side figures -----------------------------------------------------
+
+-- The host's fds of the kinds sbx opens: pipes, sockets, anon inodes
+-- (pidfds, signalfds, memfds) and anything in a state or work dir.  Files
+-- the sanitizer runtime opens lazily (an ASan build reads /proc/self/maps
+-- now and then) are not sbx's and are not counted.
+function M.fd_count()
+  collectgarbage("collect")
+  collectgarbage("collect")
+  local p = io.popen("ls -l /proc/" .. M.getpid() .. "/fd")
+  local n = 0
+  for line in p:lines() do
+    local target = line:match(" %-> (.*)$")
+    if target and (target:match("^pipe:") or target:match("^socket:") or target:match("^anon_inode:")
+        or target:match("^/memfd:") or target:find("/sbx", 1, true) or target:find("sandbox", 1, true)) then
+      n = n + 1
+    end
+  end
+  p:close()
+  return n - 1 -- the pipe of this popen
+end
+
+function M.is_root()
+  local p = io.popen("id -u")
+  local uid = p:read("*l")
+  p:close()
+  return uid == "0"
+end
+
+-- Free KiB on the filesystem holding path.
+function M.df_avail_kb(path)
+  local p = io.popen("df -Pk " .. path .. " | tail -1")
+  local line = p:read("*l")
+  p:close()
+  return tonumber(line:match("^%S+%s+%d+%s+%d+%s+(%d+)"))
+end
+
 -- ---- helper programs -------------------------------------------------------
 
 -- What the syscall sweeps try (tests/security/helpers/syscall_sweep.c: the
