@@ -610,7 +610,7 @@ int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, s
 	/* init first: a workload it forks from now on is born inside (fork
 	 * and migration exclude each other); then the ones it has.  Each is
 	 * also made the OOM killer's first choice (zygote.c: idle inits are
-	 * not). */
+	 * its second, at 500). */
 	if (move_pid(rc->dir, pid, err) < 0)
 		goto fail;
 	oom_first(pid);

@@ -138,6 +138,8 @@ struct sbx_zygote_cfg {
 	gid_t gid;
 	uint64_t nofile;           /* RLIMIT_NOFILE of the workload */
 	uint64_t fsize;            /* RLIMIT_FSIZE; 0: unlimited */
+	int oom_fd;                /* the zygote's own oom_score_adj, or -1 */
+	char oom_adj[8];           /* what it is between clones ("0" or "-1000") */
 	bool memory_limited;       /* the session has a memory ceiling */
 	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
 	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */

@@ -557,6 +557,9 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	if (read(sync_fd, &c, 1) != 1)
 		_exit(1);
 	close(sync_fd);
+	/* Our own oom_score_adj, opened while the host's /proc is still
+	 * here and we are still its uid: see warm_offer. */
+	int oom_fd = s->cg.oom_path[0] ? open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC) : -1;
 	/* userns: the zygote is the sandbox user, holding the capabilities
 	 * of its own user namespace.  privileged: there is no user namespace,
 	 * so the zygote stays host root (it must mount for every run); each
@@ -587,6 +590,14 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	memcpy(cfg.netns_fd, netns, sizeof(netns));
 	cfg.warm_mode = o->network_mode;
 	cfg.ctl_fd = ctl_fd;
+	cfg.oom_fd = oom_fd;
+	/* The host made us immune where it could (CAP_SYS_RESOURCE). */
+	snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "0");
+	if (oom_fd >= 0) {
+		char v[8] = "";
+		if (pread(oom_fd, v, sizeof(v) - 1, 0) > 0 && !strncmp(v, "-1000", 5))
+			snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "-1000");
+	}
 	cfg.memory_limited = s->cg.oom_path[0] != '\0';
 	size_t nc = 0;
 	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
@@ -833,6 +844,7 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 {
 	memset(&s->direct, 0, sizeof(s->direct));
 	s->direct.none = true;
+	s->direct.oom_fd = -1;
 	s->direct.host_work_dir = s->work_dir;
 	s->direct.uid = geteuid();
 	s->direct.gid = getegid();

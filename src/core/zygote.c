@@ -68,12 +68,20 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 		close(sp[1]);
 		return;
 	}
-	/* The init is born with our oom_score_adj: an idle warm run is as
-	 * safe from the OOM killer as the zygote.  The host raises a run's
-	 * to 1000 when it takes it (sbx_cgroup_run_create), so with a memory
-	 * ceiling the killer takes a running command, never the session or
-	 * the next run waiting for its turn. */
+	/* With a memory ceiling the OOM killer must take a running command
+	 * first, an idle warm run next, and never the session.  A running
+	 * command has oom_score_adj 1000 (the host raises it when it takes
+	 * the run: sbx_cgroup_run_create); each init (and so its workload) is
+	 * born with 500, which still outweighs any size the zygote can have
+	 * within the ceiling: memory held by what is no process (a dead
+	 * run's tmpfs being freed) then costs an idle run, which the host
+	 * replaces, not the session.  Raising needs no privilege, and going
+	 * back down to where we started (0, the lower bound) needs none. */
+	if (cfg->oom_fd >= 0)
+		(void)!pwrite(cfg->oom_fd, "500", 3, 0);
 	pid_t pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd);
+	if (cfg->oom_fd >= 0 && pid != 0)
+		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
 	/* Should we fail to step back, the zygote must not offer runs in the
 	 * wrong namespace: dying ends the session, which is what it is. */
 	if (pid != 0 && mode != SBX_NET_BLOCKED &&
