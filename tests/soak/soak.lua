@@ -6,13 +6,18 @@
 --
 -- Sessions are opened in waves of up to `parallel` (default 5) at once,
 -- with random options (a memory_mb ceiling on some, so cgroups come and
--- go; a max_file_bytes; network_mode "blocked", the only mode there is),
+-- go; a max_file_bytes; a network ceiling of blocked, allowlist (a proxy
+-- child per session) or open (nftables + pasta, where the machine has
+-- them)),
 -- and each wave's runs are spread round-robin over its sessions.  A run is
 -- one of: shell / python / lua code writing a random amount of stdout (up
 -- to 256 KiB) and stderr; a non-zero exit; a run past its timeout; a run
 -- killed with SIGKILL by the host mid-way; a put_bytes + get_bytes round
--- trip of random size; a streamed run read line by line.  Every result is
--- checked (byte counts, exit codes, termination reasons).
+-- trip of random size; a streamed run read line by line; a run in a random
+-- network mode within the session's ceiling that checks what it sees (no
+-- proxy when blocked, the proxy and its refusal when allowlist, an outside
+-- interface when open).  Every result is checked (byte counts, exit codes,
+-- termination reasons).
 --
 -- Host-side figures are taken after a warm-up and again at the end: open
 -- fds, RSS, /proc/self/mountinfo lines, the cgroup dirs of this soak's
@@ -103,9 +108,39 @@ end
 local function fail(fmt, ...) error(("soak: " .. fmt):format(...), 2) end
 
 -- One random run on session s; returns the kind done.
+local MODES = { "blocked", "allowlist", "open" }
+local WIDTH = { blocked = 1, allowlist = 2, open = 3 }
+
+-- What a run in mode m sees: the proxy listener (127.0.0.1:3128 is
+-- 0100007F:0C38 in /proc/net/tcp, state 0A: listening), the proxy variables, interfaces other
+-- than lo; in allowlist mode a name the proxy refuses before any lookup.
+local NET_PROBE = "grep -c '^ *[0-9]*: 0100007F:0C38 00000000:0000 0A ' /proc/net/tcp; "
+  .. "echo \"proxy=${HTTPS_PROXY:-}\"; "
+  .. "grep -c -v -e '^ *lo:' -e '|' /proc/net/dev; "
+  .. "[ -n \"$HTTPS_PROXY\" ] && curl -s --max-time 10 http://refused.invalid/ || true"
+
+local function net_run(s, rand)
+  local m = MODES[rand(1, WIDTH[s._soak_ceiling])]
+  local r = s:exec(NET_PROBE, { network_mode = m })
+  local listeners, proxy, ifaces = r.stdout:match("^(%d+)\nproxy=([^\n]*)\n(%d+)\n")
+  local ok = listeners ~= nil
+  if m == "blocked" then
+    ok = ok and listeners == "0" and proxy == "" and ifaces == "0"
+  elseif m == "allowlist" then
+    ok = ok and listeners == "1" and proxy == "http://127.0.0.1:3128" and ifaces == "0"
+      and r.stdout:find("not on the allow-list", 1, true) ~= nil
+  else
+    ok = ok and listeners == "0" and proxy == "" and ifaces ~= "0"
+  end
+  if not ok then fail("net %s in a %s session saw: %q", m, s._soak_ceiling, r.stdout .. r.stderr) end
+  return "net_" .. m
+end
+
 local function one_run(s, rand, sbx)
   local kind = rand(1, 100)
-  if kind <= 30 then
+  if kind <= 6 then
+    return net_run(s, rand)
+  elseif kind <= 30 then
     local n = ({ 0, 1, 100, 4096, 65536, 262144 })[rand(1, 6)]
     local r = s:exec(("head -c %d /dev/zero | tr '\\0' x; echo err >&2"):format(n))
     if r.returncode ~= 0 or #r.stdout ~= n or r.stderr ~= "err\n" then
@@ -186,11 +221,21 @@ function run_soak(o, state_dir)
   local rand = rng(o.seed or os.time())
   local log = o.log or function() end
 
+  -- open mode needs pasta and nft (and root here): probe once, and say so
+  -- when the soak runs without it.
+  local has_open = o.open ~= false and pcall(function() sbx.session { network_mode = "open" }:close() end)
+  if not has_open then log("soak: network_mode open unavailable here; sessions are blocked or allowlist") end
+
   local function open_session()
-    local opts = { network_mode = "blocked", max_file_bytes = 4 * 1048576 }
+    local pick = rand(1, 6)
+    local ceiling = pick <= 3 and "blocked" or (pick <= 5 or not has_open) and "allowlist" or "open"
+    local opts = { network_mode = ceiling, max_file_bytes = 4 * 1048576 }
+    if ceiling ~= "blocked" then opts.network_allowlist = { "pypi.org" } end
     if rand(1, 3) == 1 then opts.memory_mb = 256 + 64 * rand(0, 4) end
     if rand(1, 4) == 1 then opts.pids = 64 end
-    return sbx.session(opts)
+    local s = sbx.session(opts)
+    s._soak_ceiling = ceiling
+    return s
   end
 
   -- warm-up: the first session loads code, the JIT and caches

@@ -1,6 +1,7 @@
 -- soak_spec.lua: the short soak of make test (the long one is `make soak`,
 -- tests/soak/soak.lua): 300 random runs over 10 sessions (shell, python,
--- lua, exit codes, timeouts, host kills, put/get round trips, streams),
+-- lua, exit codes, timeouts, host kills, put/get round trips, streams,
+-- network modes within blocked/allowlist/open sessions),
 -- every result checked, then the host side's fds, RSS, mounts, sbx cgroups,
 -- session dirs and child processes must be back at their baseline (RSS is
 -- judged only outside ASan builds; see tests/soak/soak.lua).
@@ -25,7 +26,8 @@ describe("soak (short)", function()
     assert.are.equal(300, rep.runs)
     assert.are.equal(10, rep.sessions)
     -- the mix really exercised every kind of run
-    for _, k in ipairs { "shell", "python", "lua", "exit", "timeout", "kill", "files", "stream" } do
+    for _, k in ipairs { "shell", "python", "lua", "exit", "timeout", "kill", "files", "stream",
+                         "net_blocked", "net_allowlist" } do
       assert.is_true((rep.kinds[k] or 0) > 0, "no " .. k .. " run in the mix")
     end
     assert.is_true(rep.ok, table.concat(rep.diffs, "; ") .. "\n" .. table.concat(lines, "\n"))
