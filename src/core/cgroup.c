@@ -610,10 +610,13 @@ int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, s
 	/* init first: a workload it forks from now on is born inside (fork
 	 * and migration exclude each other); then the ones it has.  Each is
 	 * also made the OOM killer's first choice (zygote.c: idle inits are
-	 * its second, at 500). */
+	 * its second, at 500).  init's score is raised before the move: a
+	 * fork that copied the old score has finished by the time the move
+	 * does (the same exclusion), so its child is among those read below,
+	 * and a later fork copies the new score. */
+	oom_first(pid);
 	if (move_pid(rc->dir, pid, err) < 0)
 		goto fail;
-	oom_first(pid);
 	char path[96], kids[4096];
 	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)pid);
 	if (slurp(path, "children", kids, sizeof(kids)) < 0) {

@@ -566,6 +566,12 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 		close(sfd);
 		workload(cfg, hsock, wsock[1]);
 	}
+	/* With a memory ceiling the host moves the run's processes into a
+	 * cgroup of their own and raises their OOM score when it takes the
+	 * run: tell it the workload exists (fork has returned, so it is
+	 * listed among our children) before it looks. */
+	if (cfg->memory_limited)
+		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
 	/* The request goes straight to the workload. */
 	close(hsock);
 	close(wsock[1]);
@@ -651,8 +657,9 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	/* Killed at a memory ceiling (SIGKILL we did not send, or a shell
 	 * reporting one): the run's /tmp and /dev/shm pages may be what
 	 * filled it.  Free them before the host hears of the end, or its
-	 * next run would start in a cgroup that is still full. */
-	if (cfg->memory_limited && !killed_by_us &&
+	 * next run would start in a cgroup that is still full.  (Backends
+	 * without a mount namespace of their own share the host's /tmp.) */
+	if (cfg->memory_limited && !cfg->none && !killed_by_us &&
 	    ((WIFSIGNALED(wstatus) && WTERMSIG(wstatus) == SIGKILL) ||
 	     (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 128 + SIGKILL))) {
 		umount2("/tmp", MNT_DETACH);

@@ -114,6 +114,19 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 	return which == 0 ? p[0] : p[1];
 }
 
+/* A memory-limited run's init says "w" once it has forked its workload;
+ * false when it died first (the caller takes another). */
+static bool workload_forked(int sock)
+{
+	struct pollfd p = {sock, POLLIN, 0};
+	char c;
+	int n;
+
+	while ((n = poll(&p, 1, 10000)) < 0 && errno == EINTR)
+		;
+	return n == 1 && recv(sock, &c, 1, MSG_DONTWAIT) == 1 && c == 'w';
+}
+
 /* Hand the request to the session's warm init.  One that died before we
  * took it (its socket refuses) is replaced once. */
 static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
@@ -134,7 +147,13 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 			close_fd(pidfd);
 			continue;
 		}
-		/* Into a cgroup of its own before it gets anything to run. */
+		/* Into a cgroup of its own before it gets anything to run,
+		 * once init says its workload exists (init.c). */
+		if (limited && !workload_forked(sock)) {
+			close(sock);
+			close_fd(pidfd);
+			continue;
+		}
 		if (limited && sbx_cgroup_run_create(sbx_session_cgroup(s), *pidfd, cg, err) < 0) {
 			int e = err ? err->sys_errno : errno;
 			close(sock);

@@ -845,6 +845,7 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	memset(&s->direct, 0, sizeof(s->direct));
 	s->direct.none = true;
 	s->direct.oom_fd = -1;
+	s->direct.memory_limited = s->cg.oom_path[0] != '\0';
 	s->direct.host_work_dir = s->work_dir;
 	s->direct.uid = geteuid();
 	s->direct.gid = getegid();
