@@ -855,6 +855,20 @@ function Engine:run(req, ctx, gen)
   return req
 end
 
+-- The matchers of the lists a caller passes in ctx (a session's allow-
+-- and deny-list), compiled once per list table: the proxy asks about every
+-- connection, and compiling the metadata preset each time was most of the
+-- cost.  A list is taken as a value: change one and pass a new table.
+local ctx_matchers = setmetatable({}, { __mode = "k" })
+local function ctx_matcher(list, what)
+  local m = ctx_matchers[list]
+  if not m then
+    m = match.compile(list, what)
+    ctx_matchers[list] = m
+  end
+  return m
+end
+
 -- connect(host, port, addrs, ctx, [gen]) -> true, or false and a
 -- PolicyDenied error.  Order: a host that is no valid name or address is
 -- refused; the deny-list (the policy's plus ctx.denylist) against the
@@ -883,7 +897,7 @@ function Engine:connect(host, port, addrs, ctx, gen)
       parsed[i] = p
     end
     local hit = gen.deny_matcher:match(host, port, parsed)
-    if not hit and ctx.denylist then hit = match.compile(ctx.denylist, "denylist"):match(host, port, parsed) end
+    if not hit and ctx.denylist then hit = ctx_matcher(ctx.denylist, "denylist"):match(host, port, parsed) end
     if hit then
       ceiling_denied(gen, "network.denylist", ("%s:%d is denied by the deny-list entry %s"):format(host, port, hit))
     end
@@ -893,7 +907,7 @@ function Engine:connect(host, port, addrs, ctx, gen)
       ceiling_denied(gen, "network_mode", ("%s:%d: network_mode is %q"):format(host, port, tostring(mode)))
     end
     if mode == "allowlist" then
-      local m = ctx.allowlist and match.compile(ctx.allowlist, "allowlist") or gen.allow_matcher
+      local m = ctx.allowlist and ctx_matcher(ctx.allowlist, "allowlist") or gen.allow_matcher
       if not m or not m:match(host, port) then
         ceiling_denied(gen, "network.allowlist", ("%s:%d is not on the allow-list"):format(host, port))
       end
@@ -930,8 +944,8 @@ function Engine:proxy_verdict(q, ctx, gen)
       if a then return { allow = true, literal = match.ip.tostring(a) } end
       return { allow = true, resolve = (match.normalize_host(q.host)) }
     elseif q.phase == "addrs" then
-      local deny2 = ctx.denylist and match.compile(ctx.denylist, "denylist")
-      local allow = ctx.allowlist and match.compile(ctx.allowlist, "allowlist") or gen.allow_matcher
+      local deny2 = ctx.denylist and ctx_matcher(ctx.denylist, "denylist")
+      local allow = ctx.allowlist and ctx_matcher(ctx.allowlist, "allowlist") or gen.allow_matcher
       if type(q.addrs) ~= "table" or #q.addrs == 0 then
         return { allow = false, reason = "no address to check" }
       end
