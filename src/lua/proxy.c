@@ -461,13 +461,6 @@ static int l_child_stats(lua_State *L)
 	return 1;
 }
 
-static int l_child_pid(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-	lua_pushinteger(L, c->pid);
-	return 1;
-}
-
 static int l_child_tostring(lua_State *L)
 {
 	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
@@ -483,7 +476,6 @@ static const luaL_Reg proxy_methods[] = {
 
 static const luaL_Reg child_methods[] = {
 	{ "close", l_child_close },
-	{ "pid", l_child_pid },
 	{ "stats", l_child_stats },
 	{ NULL, NULL },
 };

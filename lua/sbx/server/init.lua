@@ -44,7 +44,7 @@ local M = {}
 local cfg = {}
 local sessions = {}      -- id -> record
 local tenants = {}       -- tenant -> { sessions = n, runs = n }
-local counters = { policy_denials = 0, proxy_refusals = 0 }
+local counters = { policy_denials = 0 }
 local proxy_host -- below: serves allowlist sessions' proxies on our loop
 
 -- Session options a remote client may not set: they name host paths or
@@ -411,9 +411,7 @@ proxy_host = {
 local function proxy_decide(q)
   local decide = proxy_routes[q.tag]
   if not decide then return { allow = false, reason = "the session is gone" } end
-  local v = decide(q)
-  if type(v) == "table" and v.allow == false then counters.proxy_refusals = counters.proxy_refusals + 1 end
-  return v
+  return decide(q)
 end
 
 function M.proxy_fd() return cfg.proxy:fd() end
