@@ -91,6 +91,14 @@ function Srv:log()
   return s
 end
 
+-- sbxd's resident memory now, in KiB.
+function Srv:rss_kb()
+  local f = io.open("/proc/" .. self.pid .. "/status")
+  local s = f and f:read("*a") or ""
+  if f then f:close() end
+  return tonumber(s:match("VmRSS:%s+(%d+)"))
+end
+
 -- Signal sbxd and wait for it; returns the exit code.
 function Srv:stop(sig)
   if not self.pipe then return self.exit_code end

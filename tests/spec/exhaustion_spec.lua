@@ -537,10 +537,6 @@ describe_srv("resource exhaustion through sbxd: the API stays responsive", funct
     return { status = status, out = out, stdout = table.concat(stdout), exit = exit,
       reason = exit and exit:match('"termination_reason":"([^"]*)"') }
   end
-  local function rss_kb()
-    local s = H.read_file("/proc/" .. srv.pid .. "/status") or ""
-    return tonumber(s:match("VmRSS:%s+(%d+)"))
-  end
 
   setup(function()
     srv = assert(S.start { log_level = "warn", args = { "--max-sessions", "4" } })
@@ -615,7 +611,7 @@ time.sleep(hold)  # never reads a byte
 s.close()
 print("closed", flush=True)
 ]])
-    local rss0 = rss_kb()
+    local rss0 = srv:rss_kb()
     client = io.popen(("python3 %s %s 127.0.0.1 %d %s %s %s 6 2>&1"):format(H.q(dir .. "/client.py"),
       H.q(T.ROOT .. "/tests/server"), port, H.q(srv.token.alice), a, H.q("yes " .. mark)))
     -- (busted keeps one finally per test: everything is undone here)
@@ -640,7 +636,7 @@ print("closed", flush=True)
     local w1 = wchar()
     H.sleep(1)
     local w2 = wchar()
-    local rss1 = rss_kb()
+    local rss1 = srv:rss_kb()
     local st = probe.stop("an output flood to a client that never reads")
     io.stderr:write(("exhaustion: flood: yes wrote %d bytes, then %d more in 1 s; sbxd RSS %d -> %d KiB\n")
       :format(w1, w2 - w1, rss0, rss1))

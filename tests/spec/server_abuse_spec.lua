@@ -26,12 +26,6 @@ describe_srv("sbxd under HTTP/2 abuse", function()
     local body = srv:curl("/metrics", "-H", srv:auth())
     return tonumber(body:match(name:gsub("[%p]", "%%%0") .. " (%d+)"))
   end
-  local function rss_kb()
-    local f = io.open("/proc/" .. srv.pid .. "/status")
-    local s = f:read("*a")
-    f:close()
-    return tonumber(s:match("VmRSS:%s+(%d+)"))
-  end
   -- ASan keeps freed memory in quarantine: RSS says nothing there.
   local function asan()
     local f = io.open("/proc/" .. srv.pid .. "/maps")
@@ -41,7 +35,7 @@ describe_srv("sbxd under HTTP/2 abuse", function()
   end
   local function rss_bounded(rss0, what)
     if asan() then return end
-    local grew = rss_kb() - rss0
+    local grew = srv:rss_kb() - rss0
     assert.is_true(grew < 32 * 1024, what .. ": sbxd grew by " .. grew .. " KiB")
   end
   local function served()
@@ -98,7 +92,7 @@ describe_srv("sbxd under HTTP/2 abuse", function()
   end)
 
   it("a CONTINUATION flood is cut off, memory stays bounded", function()
-    local rss0 = rss_kb()
+    local rss0 = srv:rss_kb()
     local out = abuse("continuation", 65536) -- up to 64 MiB of header block
     assert.matches('"closed": true', out)
     local sent = tonumber(out:match('"bytes_sent": (%d+)'))
@@ -115,7 +109,7 @@ describe_srv("sbxd under HTTP/2 abuse", function()
   end)
 
   it("an oversize body is refused without buffering it whole", function()
-    local rss0 = rss_kb()
+    local rss0 = srv:rss_kb()
     local started = metric("sbxd_runs_started_total")
     local out = abuse("big-body", 65536) -- 64 MiB against --max-body 1 MiB
     assert.is_nil(out:match('"statuses": %[200'))

@@ -170,14 +170,11 @@ describe_srv("sbxd HTTP/2 API", function()
       "-d", '{"cmd":"head -c 167772160 /dev/urandom > big.bin && sha256sum big.bin | cut -c1-64"}')
     local want = body:match('"data":"(%x+)\\n"')
     assert.is_truthy(want, body)
-    local function rss_kb()
-      return tonumber(H.sh("grep VmRSS /proc/" .. srv.pid .. "/status"):match("(%d+)"))
-    end
-    local rss0 = rss_kb()
+    local rss0 = srv:rss_kb()
     local got = H.sh(("curl -s --http2-prior-knowledge -H %s %s/v1/sessions/%s/files/big.bin | sha256sum | cut -c1-64")
       :format(H.q(srv:auth()), srv.url, sid))
     assert.are.equal(want, got:gsub("%s", ""))
-    local grew = rss_kb() - rss0
+    local grew = srv:rss_kb() - rss0
     assert.is_true(grew < 48 * 1024, "sbxd grew by " .. grew .. " KiB sending a 160 MiB file")
     srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON, "-d", '{"cmd":"rm big.bin"}')
   end)
