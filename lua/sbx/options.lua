@@ -136,6 +136,14 @@ local function check_integer(option, v, min)
 end
 
 -- An array of non-empty strings without NUL; returns a copy.
+-- Network list entries must parse (sbx.match's syntax) at open, or the
+-- mistake shows only at the first connection (allowlist), or silently
+-- never (an open-mode deny CIDR nftables cannot take).  Returns list.
+local function check_entries(option, list)
+  require("sbx.match").compile(list, option)
+  return list
+end
+
 local function check_list(option, v)
   check_type(option, v, "table")
   local n = 0
@@ -319,7 +327,7 @@ function M.session(opts, pol, ctx)
     invalid("network_mode", "\"blocked\", \"allowlist\" or \"open\" expected, got %s", describe(o.network_mode))
   end
   if opts.network_allowlist ~= nil then
-    o.network_allowlist = check_list("network_allowlist", opts.network_allowlist)
+    o.network_allowlist = check_entries("network_allowlist", check_list("network_allowlist", opts.network_allowlist))
     if o.network_mode == "blocked" then
       invalid("network_allowlist", "only meaningful with network_mode = \"allowlist\" (or \"open\", whose "
         .. "runs may narrow to allowlist); the session's is %q", o.network_mode)
@@ -328,7 +336,8 @@ function M.session(opts, pol, ctx)
   local deny = presets.copy(presets.CLOUD_METADATA_DENY)
   for _, h in ipairs(pol.network.denylist) do deny[#deny + 1] = h end
   if opts.network_denylist ~= nil then
-    for _, h in ipairs(check_list("network_denylist", opts.network_denylist)) do deny[#deny + 1] = h end
+    local own = check_entries("network_denylist", check_list("network_denylist", opts.network_denylist))
+    for _, h in ipairs(own) do deny[#deny + 1] = h end
   end
   o.network_denylist = deny
   -- Resource ceilings: enforced by the core (cgroup, tmpfs work dir);

@@ -94,6 +94,14 @@ describe("session options", function()
     assert.are.equal("network_allowlist", e.option)
     assert.are.same(sbx.PYPI_HOSTS,
       session_opts({ network_mode = "allowlist", network_allowlist = sbx.PYPI_HOSTS }).network_allowlist)
+    -- Entries that do not parse are refused at open, naming the entry,
+    -- not at the first connection (or, for open mode's deny CIDRs, never).
+    for option, bad in pairs { network_allowlist = { "pypi.org", "*.*.x" },
+                               network_denylist = { "10.0.0.0/33" } } do
+      local e = T.expect("InvalidArgument", session_opts, { network_mode = "open", [option] = bad })
+      assert.are.equal(option, e.option)
+      assert.matches("entry %d", e.message)
+    end
     local o = session_opts { network_denylist = { "10.0.0.0/8" } }
     assert.are.equal("10.0.0.0/8", o.network_denylist[#o.network_denylist])
   end)
