@@ -17,6 +17,9 @@
 --   token     the bearer token (or token_file = path: first word of line 1)
 --   ca_file   a CA bundle for https; insecure_tls = true skips verification
 --   request_timeout_s  for non-streaming calls (default 60)
+--   upload_chunk_bytes put_bytes sends data larger than this as consecutive
+--             PUTs of this size (default 4 MiB; never more than the
+--             server's max_body_bytes, which it announces)
 --
 -- Errors are the on-device kinds (sbx.errors): what the server answers
 -- with {kind, message} is raised as that kind.  Answers without an sbx kind:
@@ -48,7 +51,8 @@ local M = {}
 
 local CT = "application/msgpack"
 local CONN_KEYS = { endpoint = true, token = true, token_file = true, ca_file = true,
-  insecure_tls = true, request_timeout_s = true }
+  insecure_tls = true, request_timeout_s = true, upload_chunk_bytes = true }
+local UPLOAD_CHUNK = 4 * 1024 * 1024
 
 local Session = {}
 Session.__index = Session
@@ -83,6 +87,11 @@ local function answer_error(status, body, ctype)
   end
   if status == 404 and kind == "NotFound" then return errors.SessionClosed("remote: " .. msg) end
   if status == 413 then return errors.InvalidArgument("data", "remote: " .. msg) end
+  if status == 409 then -- an upload chunk at the wrong offset: the file's real size
+    local e = errors.SandboxExecutionError("remote: " .. msg, nil, 0)
+    e.status, e.path, e.offset, e.size = status, t.path, t.offset, t.size
+    return e
+  end
   return errors.SandboxExecutionError(("remote: HTTP %d: %s"):format(status, msg), nil, 0)
 end
 
@@ -114,7 +123,12 @@ local function connect(endpoint, token, opts)
   if type(timeout_s) ~= "number" or timeout_s <= 0 then
     errors.raise(errors.InvalidArgument("request_timeout_s", "a positive number expected"))
   end
-  return { conn = conn, endpoint = endpoint, token = token, timeout_ms = math.ceil(timeout_s * 1000) }
+  local chunk = opts.upload_chunk_bytes or UPLOAD_CHUNK
+  if type(chunk) ~= "number" or chunk < 1 or chunk ~= math.floor(chunk) then
+    errors.raise(errors.InvalidArgument("upload_chunk_bytes", "a positive integer expected"))
+  end
+  return { conn = conn, endpoint = endpoint, token = token, timeout_ms = math.ceil(timeout_s * 1000),
+    chunk = chunk }
 end
 
 local function headers(tr, extra)
@@ -142,7 +156,12 @@ local function call(tr, method, path, body, raw, backend)
 end
 
 local function wrap(tr, info, is_owner, ref_token)
+  -- Upload chunks stay within the server's request body cap.
+  if type(info.max_body_bytes) == "number" and info.max_body_bytes >= 1 then
+    tr.chunk = math.min(tr.chunk, info.max_body_bytes)
+  end
   return setmetatable({
+    max_file_bytes = type(info.max_file_bytes) == "number" and info.max_file_bytes or nil,
     name = info.name, id = info.id, created_at = info.created_at, backend = info.backend,
     is_owner = is_owner, endpoint = tr.endpoint, work_dir = nil,
     _tr = tr, _ref_token = ref_token, _closed = false,
@@ -516,13 +535,44 @@ local function file_path(path)
   return (path:gsub("[^%w%-%._~/]", function(c) return ("%%%02X"):format(c:byte()) end))
 end
 
+-- Data up to the chunk size is one PUT.  Larger data is sent as
+-- consecutive PUTs ?offset=N of one chunk each (the server appends each
+-- only when the file is exactly N bytes long), so neither side holds more
+-- than a chunk per request.  A 409 (the file is not the size this upload
+-- left it: someone else wrote it meanwhile) is raised, never retried.
 function Session:put_bytes(path, data)
   local tr = live(self)
   local p = file_path(path)
   if type(data) ~= "string" then
     errors.raise(errors.InvalidArgument("data", "a string of bytes expected, got " .. type(data)))
   end
-  call(tr, "PUT", spath(self, "/files/" .. p), nil, data, self.backend)
+  local url = spath(self, "/files/" .. p)
+  if #data <= tr.chunk then
+    call(tr, "PUT", url, nil, data, self.backend)
+    return
+  end
+  -- Refuse before writing a first chunk the server would keep.
+  if self.max_file_bytes and #data > self.max_file_bytes then
+    errors.raise(errors.InvalidArgument("data",
+      ("%d bytes is over the session's max_file_bytes (%d)"):format(#data, self.max_file_bytes)))
+  end
+  local off = 0
+  while off < #data do
+    local piece = data:sub(off + 1, off + tr.chunk)
+    local ok, e = pcall(call, tr, "PUT", off == 0 and url or ("%s?offset=%d"):format(url, off),
+      nil, piece, self.backend)
+    if not ok then
+      if type(e) == "table" and e.status == 409 then
+        local err = errors.SandboxExecutionError(("remote: put_bytes %s: the chunk at offset %d of %d " ..
+          "was refused: the server's file is %s bytes (it changed during the upload)"):format(
+          path, off, #data, tostring(e.size)), self.backend, 0)
+        err.path, err.offset, err.size = path, off, e.size
+        errors.raise(err)
+      end
+      errors.raise(e)
+    end
+    off = off + #piece
+  end
 end
 
 function Session:get_bytes(path)

@@ -162,6 +162,17 @@ static int answer(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt fmt)
 					   "the Lua layer gave a bad file", fmt);
 			return 500;
 		}
+		if (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD"))) {
+			/* The size without the content (a client resuming an upload). */
+			close(fd);
+			req->res.status = 200;
+			req->res.reason = "OK";
+			req->res.content_length = (size_t)size;
+			h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+				       H2O_STRLIT("application/octet-stream"));
+			h2o_send_inline(req, "", 0);
+			return 200;
+		}
 		sbx_srv_send_file(req, fd, (uint64_t)size);
 		return 200;
 	}
@@ -269,6 +280,12 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	lua_setfield(L, -2, "method");
 	lua_pushlstring(L, req->path.base, pathlen);
 	lua_setfield(L, -2, "path");
+	if (req->query_at != SIZE_MAX) {
+		/* The raw query after '?' (the files route reads offset=N). */
+		lua_pushlstring(L, req->path.base + req->query_at + 1,
+				req->path.len - req->query_at - 1);
+		lua_setfield(L, -2, "query");
+	}
 	if (tenant) {
 		lua_pushstring(L, tenant);
 		lua_setfield(L, -2, "tenant");

@@ -42,8 +42,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: sbxd --listen HOST:PORT|unix:/path --token-file FILE [--policy FILE]\n"
 		   "            [--tls-cert CERT --tls-key KEY] [--insecure] [--log-level LEVEL]\n"
 		   "            [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]\n"
-		   "            [--max-body BYTES] [--drain-grace-ms MS] [--idle-timeout-s S]\n"
-		   "            [--admin-tenant NAME] [--warm-runs N]\n");
+		   "            [--max-body BYTES (8 MiB)] [--drain-grace-ms MS]\n"
+		   "            [--idle-timeout-s S] [--admin-tenant NAME] [--warm-runs N]\n");
 }
 
 /* sbx.paths and lua/ on package.path as sbxlua has them; sbx.core preloaded. */
@@ -98,6 +98,10 @@ static int lua_start(sbx_srv *S)
 	lua_setfield(L, -2, "idle_timeout_s");
 	lua_pushstring(L, S->listen);
 	lua_setfield(L, -2, "listen");
+	lua_pushnumber(L, (lua_Number)S->max_body);
+	lua_setfield(L, -2, "max_body");
+	lua_pushcfunction(L, sbx_srv_l_file_append);
+	lua_setfield(L, -2, "file_append");
 	if (S->admin_tenant) {
 		lua_pushstring(L, S->admin_tenant);
 		lua_setfield(L, -2, "admin_tenant");
@@ -275,7 +279,7 @@ int main(int argc, char **argv)
 	S.max_runs = 64;
 	S.warm_runs = 1;
 	S.hard_ceiling_s = 24 * 3600;
-	S.max_body = 32 * 1024 * 1024;
+	S.max_body = 8 * 1024 * 1024; /* a chunk of an upload; h2o holds it whole */
 	S.drain_grace_ms = 10000;
 	S.idle_timeout_s = 3600;
 	S.handle_ref = S.tick_ref = S.stats_ref = S.shutdown_ref = S.reload_ref = LUA_NOREF;

@@ -132,6 +132,17 @@ sbx_srv_fmt sbx_srv_req_accept_fmt(h2o_req_t *req);
 /* filesend.c: answer 200 with the file at fd (taken; closed when done),
  * size bytes, streamed chunk by chunk as the client reads. */
 void sbx_srv_send_file(h2o_req_t *req, int fd, uint64_t size);
+/* fileput.c: append len bytes of data to the regular file at fd (from the
+ * core's safe open; always closed here) when its size is exactly offset.
+ * Returns 0 (*size: the new size), 1 when the size is not offset or the
+ * file has other hard links (*size: its size; err says why), or -1 with
+ * err filled. */
+int sbx_srv_file_append(int fd, uint64_t offset, const char *data, size_t len, uint64_t *size,
+			sbx_err *err);
+/* The same for the Lua layer: append(fd, offset, data) -> true, new_size |
+ * nil, "Conflict", msg, size | nil, kind, msg.  Passed to sbx.server's init
+ * as cfg.file_append. */
+int sbx_srv_l_file_append(lua_State *L);
 
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
 /* Re-attach req to the detached run run_id of session sid (or answer

@@ -5,9 +5,11 @@
 -- sbx.session / sbx.options / sbx.policy code on-device use goes through:
 --
 --   M.init(cfg)       cfg = { policy, max_sessions, max_runs, hard_ceiling_s,
---                     idle_timeout_s (0: no idle reaping) }
---   M.handle(req)     req = { method, path, tenant | ref_token, body (decoded
---                     table), raw (the body bytes), format }
+--                     idle_timeout_s (0: no idle reaping), max_body (sbxd's
+--                     --max-body), file_append (src/server/fileput.c) }
+--   M.handle(req)     req = { method, path, query (raw, after '?'), tenant |
+--                     ref_token, body (decoded table), raw (the body bytes),
+--                     format }
 --                     -> { status, body | raw, headers, log } or
 --                        { stream = { start, finish, backend, session_id } }
 --   M.tick()          once a second: reap sessions past their lifetime
@@ -121,6 +123,9 @@ local function describe(rec, owner, req)
     id = s.id, name = s.name, created_at = s.created_at, backend = s.backend,
     endpoint = req and req.endpoint or cfg.endpoint, is_owner = owner, timeout_s = rec.timeout_s,
     runs_active = rec.runs,
+    -- What a client needs to chunk uploads: no file over max_file_bytes,
+    -- no request body over max_body_bytes (sbxd's --max-body).
+    max_file_bytes = s._st.max_file_bytes, max_body_bytes = cfg.max_body,
   }
   if owner then d.tokens = { reference = rec.ref_token } end
   return d
@@ -290,34 +295,93 @@ local function unescape(s)
   return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
 end
 
+-- The query of PUT .../files/{path}: only offset=N (a decimal integer,
+-- at most once).  -> offset (0 when absent) | nil, answer.
+local MAX_OFFSET_DIGITS = 15 -- below 2^53: exact as a Lua number
+local function put_offset(query)
+  local offset
+  for part in (query or ""):gmatch("[^&]+") do
+    local k, v = part:match("^([^=]*)=?(.*)$")
+    k = unescape(k)
+    if k ~= "offset" then
+      return nil, from_error(errors.InvalidArgument(k:sub(1, 64),
+        ("unknown query parameter %q (PUT files takes only offset)"):format(k:sub(1, 64))))
+    end
+    if offset then
+      return nil, from_error(errors.InvalidArgument("offset", "given more than once"))
+    end
+    v = unescape(v)
+    if not v:match("^%d+$") then
+      return nil, from_error(errors.InvalidArgument("offset",
+        ("%q is not a decimal integer >= 0"):format(v:sub(1, 64))))
+    end
+    if #v:match("^0*(.-)$") > MAX_OFFSET_DIGITS then
+      return nil, from_error(errors.InvalidArgument("offset",
+        ("%s is out of range (at most %d digits)"):format(v:sub(1, 64), MAX_OFFSET_DIGITS)))
+    end
+    offset = tonumber(v)
+  end
+  return offset or 0
+end
+
+local function over_max_file(st, bytes)
+  return fail(413, "InvalidArgument", ("%d bytes is over the session's max_file_bytes (%d)"):format(
+    bytes, st.max_file_bytes), { option = "data" })
+end
+
+-- An error of Session:_open_file as an answer: too large 413, missing
+-- 404 (conflict: 409 with size 0, for an append), others as they are.
+local function open_error(e, conflict)
+  local msg = type(e) == "table" and tostring(e.message) or ""
+  if type(e) == "table" and e.kind == "InvalidArgument" and
+      (msg:match("max_file_bytes") or msg:match("over the cap") or msg:match("larger than")) then
+    local r = from_error(e)
+    r.status = 413
+    return r
+  end
+  if type(e) == "table" and e.kind == "InvalidArgument" and msg:match("[Nn]o such file") then
+    if conflict then return conflict(0, msg) end
+    local r = from_error(e)
+    r.status = 404
+    return r
+  end
+  return from_error(e)
+end
+
+-- PUT with offset N > 0: append the body to the file whose size is N
+-- (src/server/fileput.c); any other size is 409 with the current size.
+local function append(req, rec, path, offset, data)
+  local st = rec.s._st
+  local function conflict(size, why)
+    return fail(409, "Conflict", ("%s: cannot append at offset %d: %s"):format(path, offset, why),
+      { path = path, offset = offset, size = size })
+  end
+  if offset + #data > st.max_file_bytes then return over_max_file(st, offset + #data) end
+  local ok, fd = pcall(rec.s._open_file, rec.s, path)
+  if not ok then return open_error(fd, conflict) end
+  local done, kind, msg, size = cfg.file_append(fd, offset, data)
+  if done then return reply(200, { path = path, size = kind, offset = offset }) end
+  if kind == "Conflict" then return conflict(size, msg) end
+  return from_error(kind == "InvalidArgument" and errors.InvalidArgument("path", msg)
+    or errors.from_core(kind, msg))
+end
+
 local function file_op(req, rec, path)
   path = unescape(path)
   if req.method == "PUT" then
+    local offset, bad = put_offset(req.query)
+    if not offset then return bad end
     local data = req.raw or ""
-    if #data > rec.s._st.max_file_bytes then
-      return fail(413, "InvalidArgument", ("%d bytes is over the session's max_file_bytes (%d)"):format(
-        #data, rec.s._st.max_file_bytes), { option = "data" })
-    end
+    if offset > 0 then return append(req, rec, path, offset, data) end
+    if #data > rec.s._st.max_file_bytes then return over_max_file(rec.s._st, #data) end
     local ok, e = pcall(rec.s.put_bytes, rec.s, path, data)
     if not ok then return from_error(e) end
-    return reply(200, { path = path, size = #data })
+    return reply(200, { path = path, size = #data, offset = 0 })
   end
-  -- GET streams the file from an fd (handler.c), never holding it whole.
+  -- GET streams the file from an fd (handler.c), never holding it whole;
+  -- HEAD answers its size only.
   local ok, data, size = pcall(rec.s._open_file, rec.s, path)
-  if not ok then
-    if type(data) == "table" and data.kind == "InvalidArgument" and tostring(data.message):match("max_file_bytes")
-        or tostring(type(data) == "table" and data.message):match("larger than") then
-      local r = from_error(data)
-      r.status = 413
-      return r
-    end
-    if type(data) == "table" and data.kind == "InvalidArgument" and tostring(data.message):match("[Nn]o such file") then
-      local r = from_error(data)
-      r.status = 404
-      return r
-    end
-    return from_error(data)
-  end
+  if not ok then return open_error(data) end
   return { status = 200, file = { fd = data, size = size } }
 end
 
@@ -380,7 +444,9 @@ function M.handle(req)
   end
   local fpath = rest:match("^/files/(.+)$")
   if fpath then
-    if method ~= "PUT" and method ~= "GET" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
+    if method ~= "PUT" and method ~= "GET" and method ~= "HEAD" then
+      return fail(405, "MethodNotAllowed", method .. " " .. path)
+    end
     local rec, err = lookup(req, id, false)
     if not rec then return err end
     local r = file_op(req, rec, fpath)
@@ -432,6 +498,8 @@ function M.init(c)
   cfg.idle_timeout_s = c.idle_timeout_s or 3600
   cfg.endpoint = c.listen
   cfg.admin_tenant = c.admin_tenant
+  cfg.max_body = c.max_body
+  cfg.file_append = c.file_append
   -- The server must outlive any sandbox the OOM killer considers; without
   -- CAP_SYS_RESOURCE this fails, and the runs' own high scores still make
   -- them the first victims.
