@@ -8,7 +8,9 @@
  * timeout (SIGTERM to everything, SIGKILL after the grace period) and, when
  * the workload exits, kills whatever it left behind and reports the status
  * to the host.  When PID 1 of a namespace exits the kernel kills the rest,
- * so nothing outlives the run.
+ * so nothing outlives the run.  Where the session allows it (cfg->reuse)
+ * an init that has reported serves the session's next run instead of
+ * ending: see sbx_init_main.
  *
  * The workload drops privileges in the order bubblewrap uses: ids, then
  * no_new_privs and capabilities, fds marked close-on-exec, seccomp last,
@@ -518,48 +520,40 @@ static bool reap(pid_t child, int *st)
 	return found;
 }
 
-void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
+/* No run can start here: say why to whoever sends the request, and end. */
+static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 {
 	static char payload[SBX_PROTO_MAX_PAYLOAD];
 	struct sbx_proto_run req;
+	int fds[4];
+
+	recv_request(hsock, &req, payload, fds);
+	sbx_status_send(fds[3], SBX_STATUS_ERROR, 0, 0, 0, "%s", why);
+	_exit(1);
+}
+
+/*
+ * One run: fork the workload, wait until it says it started (or is gone),
+ * then supervise it until it exits, kill what it left and report.  reused:
+ * an earlier run was served here, so the host waits for our "r" before it
+ * sends the request.  True when this init may serve another run: it
+ * ended without the host signalling it (a signal from the host marks the
+ * run the host gives up on).
+ */
+static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reused)
+{
 	struct started st;
-	int wsock[2] = {-1, -1}, wstatus = 0, status_fd = -1, fds[4];
+	int wsock[2] = {-1, -1}, wstatus = 0, status_fd = -1;
 	uint32_t timed_out = 0;
-	bool exited = false, killing = false, killed_by_us = false;
+	bool exited = false, killing = false, killed_by_us = false, host_signalled = false;
 	uint64_t pending = 0; /* signals the host sent before the run started */
 	pid_t child = -1;
-	sigset_t mask;
-	sbx_err err;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	prctl(PR_SET_NAME, "sbx-init");
-	/* Not dumpable: the workload (same uid) cannot read our memory. */
-	prctl(PR_SET_DUMPABLE, 0);
-	sbx_close_fds_except(&hsock, 1);
-
-	/* The zygote had these blocked already, so none was lost before this
-	 * point; they queue on the signalfd, and signals from inside the run
-	 * are told apart by ssi_pid. */
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGCHLD);
-	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-		sigaddset(&mask, forwarded[i]);
-	sigprocmask(SIG_BLOCK, &mask, NULL);
-	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-
-	/* Backend "none": not PID 1 of anything, so adopt the orphans. */
-	if (cfg->none)
-		prctl(PR_SET_CHILD_SUBREAPER, 1);
-	if ((!cfg->none && sbx_rootfs_run_mounts(cfg, &err) < 0) ||
-	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0 ||
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0 ||
 	    (child = fork()) < 0) {
-		/* No run can start here: say why to whoever sends a request. */
-		char why[240];
-		snprintf(why, sizeof(why), "%.200s", child < 0 && wsock[0] >= 0 ? strerror(errno)
-								    : err.msg);
-		recv_request(hsock, &req, payload, fds);
-		sbx_status_send(fds[3], SBX_STATUS_ERROR, 0, 0, 0, "%s", why);
-		_exit(1);
+		if (reused) /* the host has no "r": it takes another init */
+			_exit(1);
+		refuse(hsock, strerror(errno));
 	}
 	if (child == 0) {
 		close(wsock[0]);
@@ -572,9 +566,15 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	 * listed among our children) before it looks. */
 	if (cfg->memory_limited)
 		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
-	/* The request goes straight to the workload. */
-	close(hsock);
 	close(wsock[1]);
+	/* The request goes straight to the workload.  A reused init tells
+	 * the host it is ready again; one the host let go gets EPIPE. */
+	if (reused && send(hsock, "r", 1, MSG_NOSIGNAL) != 1) {
+		kill(child, SIGKILL);
+		_exit(0);
+	}
+	if (!cfg->reuse)
+		close(hsock);
 
 	/* Warm: wait until the workload says it started (or is gone). */
 	for (;;) {
@@ -610,8 +610,10 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	/* The host may signal the run as soon as it has the pidfd, which can
 	 * be before the workload started: deliver what came early. */
 	for (int sig = 1; sig < 64; sig++)
-		if (pending & (1ull << sig))
+		if (pending & (1ull << sig)) {
+			host_signalled = true;
 			kill_run(cfg, child, sig);
+		}
 
 	while (!exited) {
 		struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}};
@@ -645,15 +647,28 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 			else if (si.ssi_pid == 0 || cfg->none) {
 				/* From the host: an ancestor namespace has no
 				 * pid here. */
+				host_signalled = true;
 				killed_by_us = killed_by_us || si.ssi_signo == SIGKILL;
 				kill_run(cfg, child, (int)si.ssi_signo);
 			}
 		}
 	}
-	/* The workload is gone: nothing it started may outlive it. */
+	if (tfd >= 0)
+		close(tfd);
+	/* The workload is gone: nothing it started may outlive it.  Until
+	 * waitpid says we have no child left, the PID namespace is not empty
+	 * (orphans become ours); a process forking as we kill is killed by
+	 * the next pass. */
 	kill_run(cfg, child, SIGKILL);
-	while (waitpid(-1, NULL, cfg->none ? WNOHANG : 0) > 0 || errno == EINTR)
-		;
+	for (;;) {
+		pid_t p = waitpid(-1, NULL, cfg->none ? WNOHANG : 0);
+		if (p > 0 || (p < 0 && errno == EINTR)) {
+			if (!cfg->none)
+				kill(-1, SIGKILL);
+			continue;
+		}
+		break;
+	}
 	/* Killed at a memory ceiling (SIGKILL we did not send, or a shell
 	 * reporting one): the run's /tmp and /dev/shm pages may be what
 	 * filled it.  Free them before the host hears of the end, or its
@@ -671,5 +686,61 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	    WEXITSTATUS(wstatus) < 128 + 32)
 		wstatus = WEXITSTATUS(wstatus) - 128;
 	sbx_status_send(status_fd, SBX_STATUS_EXIT, wstatus, 0, timed_out, "exit");
-	_exit(0);
+	/* Our copy is the last: the host sees the end of the run now. */
+	close(status_fd);
+	return !host_signalled;
+}
+
+void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
+{
+	sbx_scratch_mark mark;
+	sigset_t mask;
+	sbx_err err;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	prctl(PR_SET_NAME, "sbx-init");
+	/* Not dumpable: the workload (same uid) cannot read our memory. */
+	prctl(PR_SET_DUMPABLE, 0);
+	sbx_close_fds_except(&hsock, 1);
+
+	/* The zygote had these blocked already, so none was lost before this
+	 * point; they queue on the signalfd, and signals from inside the run
+	 * are told apart by ssi_pid. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		sigaddset(&mask, forwarded[i]);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+	/* Backend "none": not PID 1 of anything, so adopt the orphans. */
+	if (cfg->none)
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if (!cfg->none && sbx_rootfs_run_mounts(cfg, &err) < 0)
+		refuse(hsock, err.msg);
+	if (cfg->reuse)
+		sbx_rootfs_scratch_mark(&mark);
+	/*
+	 * Reuse (sessions without a memory ceiling, backends userns and
+	 * privileged): once a run has ended and reported, its PID namespace
+	 * is empty again (serve waited until we had no child left), and what
+	 * it could change of our mount namespace is /tmp and /dev/shm, which
+	 * are replaced when the run left anything there.  So the next run
+	 * finds what a fresh init would give it, without the clone of two
+	 * namespaces and the teardown of both that a fresh one costs.  The
+	 * host gives us back to the session only after a run it did not
+	 * signal (run.c), and closes the socket otherwise: then the next
+	 * workload reads EOF, and we end.
+	 */
+	for (bool reused = false;; reused = true) {
+		bool again = serve(cfg, hsock, sfd, reused);
+		if (!cfg->reuse || !again)
+			_exit(0);
+		struct signalfd_siginfo si;
+		while (read(sfd, &si, sizeof(si)) == sizeof(si))
+			; /* SIGCHLDs of the reaped run */
+		if (sbx_rootfs_scratch_reset(cfg, &mark, &err) < 0)
+			_exit(1);
+		sbx_rootfs_scratch_mark(&mark);
+	}
 }

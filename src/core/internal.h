@@ -141,6 +141,7 @@ struct sbx_zygote_cfg {
 	int oom_fd;                /* the zygote's own oom_score_adj, or -1 */
 	char oom_adj[8];           /* what it is between clones ("0" or "-1000") */
 	bool memory_limited;       /* the session has a memory ceiling */
+	bool reuse;                /* an init may serve run after run (init.c) */
 	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
 	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
 	const char *host_work_dir; /* backend "none": where the work dir really is */
@@ -174,6 +175,17 @@ int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
 		     const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err);
 /* Child side of a run (rootfs.c): per-run mounts in init's mount ns. */
 int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err);
+/* What the per-run /tmp and /dev/shm hold (statfs free blocks and inodes),
+ * so a reused init can tell whether the last run left anything there. */
+typedef struct sbx_scratch_mark {
+	uint64_t tmp_blocks, tmp_inodes, shm_blocks, shm_inodes;
+} sbx_scratch_mark;
+void sbx_rootfs_scratch_mark(sbx_scratch_mark *m);
+/* Before a reused init's next run: when /tmp or /dev/shm differ from m,
+ * replace both with fresh ones (and re-carry what they cover).  0, or -1
+ * with err (the init must not serve again). */
+int sbx_rootfs_scratch_reset(const struct sbx_zygote_cfg *cfg, const sbx_scratch_mark *m,
+			     sbx_err *err);
 /* Check a policy's /etc entry name: 1 bind it, 0 skip it (passwd, group,
  * hosts, hostname are generated; shadow, gshadow never bound), -1 with err
  * for a name that is not plain. */
@@ -291,10 +303,17 @@ const sbx_cgroup *sbx_session_cgroup(const sbx_session *s);
 const char *sbx_session_oom_path(const sbx_session *s);
 
 /* Take the session's warm init (session.c, for run.c): its request socket
- * and pidfd become the caller's, and the zygote is asked for the next (of
- * the same mode: the next run most likely wants what this one did).
- * Returns 0, or -1 with err (SessionClosed when the zygote is gone). */
-int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err);
+ * and pidfd become the caller's.  A given-back init that is ready comes
+ * first (*reused); otherwise the zygote's offer, and the zygote is asked
+ * for the next (of the same mode: the next run most likely wants what
+ * this one did).  Returns 0, or -1 with err (SessionClosed when the
+ * zygote is gone). */
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, bool *reused,
+			  sbx_err *err);
+/* Where a run gives its init back after it ended (a message of struct
+ * sbx_proto_offer with the init's pidfd and request socket), or -1 when
+ * the session's inits serve one run each. */
+int sbx_session_reuse_fd(const sbx_session *s);
 
 /* uid/gid maps (userns.c). */
 int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *err);

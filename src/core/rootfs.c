@@ -27,6 +27,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -409,7 +410,8 @@ bool sbx_rootfs_is_scratch(const char *path)
 	return !strncmp(path, "/tmp/", 5) || !strncmp(path, "/dev/shm/", 9);
 }
 
-int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
+/* A fresh /tmp and /dev/shm, with the mounts they cover carried over. */
+static int scratch_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 {
 	int carried[SBX_MAX_CARRY];
 	size_t n = 0;
@@ -426,14 +428,6 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 			FAIL("open_tree %s: %s", cfg->carry[n], strerror(errno));
 			goto out;
 		}
-	}
-	/* A proc of the run's own PID namespace, over the session's (the
-	 * kernel mounts a new proc only where one is fully visible already).
-	 * Read-only as a mount, so /proc/sys and friends are too, even for
-	 * code that regained a privilege. */
-	if (mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0) {
-		FAIL("mount /proc: %s", strerror(errno));
-		goto out;
 	}
 	snprintf(data, sizeof(data), "mode=1777,size=%llu,nr_inodes=%llu",
 		 (unsigned long long)cfg->tmp_bytes,
@@ -468,4 +462,54 @@ out:
 		if (carried[i] >= 0)
 			close(carried[i]);
 	return rc;
+}
+
+int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
+{
+	/* A proc of the run's own PID namespace, over the session's (the
+	 * kernel mounts a new proc only where one is fully visible already).
+	 * Read-only as a mount, so /proc/sys and friends are too, even for
+	 * code that regained a privilege. */
+	if (mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+		return FAIL("mount /proc: %s", strerror(errno));
+	return scratch_mounts(cfg, err);
+}
+
+/* What a tmpfs holds, as statfs counts it. */
+static void scratch_count(const char *path, uint64_t *blocks, uint64_t *inodes)
+{
+	struct statfs sf;
+
+	if (statfs(path, &sf) != 0) {
+		*blocks = *inodes = UINT64_MAX;
+		return;
+	}
+	*blocks = (uint64_t)sf.f_bfree;
+	*inodes = (uint64_t)sf.f_ffree;
+}
+
+void sbx_rootfs_scratch_mark(sbx_scratch_mark *m)
+{
+	scratch_count("/tmp", &m->tmp_blocks, &m->tmp_inodes);
+	scratch_count("/dev/shm", &m->shm_blocks, &m->shm_inodes);
+}
+
+int sbx_rootfs_scratch_reset(const struct sbx_zygote_cfg *cfg, const sbx_scratch_mark *m,
+			     sbx_err *err)
+{
+	sbx_scratch_mark now;
+
+	/* Untouched (the counts are as they were after the mounts: nothing
+	 * was created, since what was there is root's and cannot be removed
+	 * by the run): no mount work at all.  A mark that failed never
+	 * matches. */
+	sbx_rootfs_scratch_mark(&now);
+	if (m->tmp_blocks != UINT64_MAX && m->shm_blocks != UINT64_MAX &&
+	    !memcmp(&now, m, sizeof(now)))
+		return 0;
+	/* The old ones go with everything carried below them; what they
+	 * covered (the session's originals) is visible again to copy. */
+	if (umount2("/tmp", MNT_DETACH) != 0 || umount2("/dev/shm", MNT_DETACH) != 0)
+		return FAIL("unmount the last run's scratch: %s", strerror(errno));
+	return scratch_mounts(cfg, err);
 }

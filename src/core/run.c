@@ -37,6 +37,9 @@
 
 struct sbx_run {
 	int out_fd, err_fd, in_fd, status_fd, pidfd;
+	int sock;            /* the init's request socket, kept to give it back */
+	int reuse_fd;        /* the session's inbox for given-back inits, or -1 */
+	sbx_net mode;
 	char *stdin_buf;     /* bytes still to feed, owned */
 	size_t stdin_len, stdin_off;
 	bool signalled;      /* we sent a signal: the end is ours, not its */
@@ -130,8 +133,8 @@ static bool workload_forked(int sock)
 /* Hand the request to the session's warm init.  One that died before we
  * took it (its socket refuses) is replaced once. */
 static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
-			const char *payload, const int fds[4], int *pidfd, sbx_run_cgroup *cg,
-			sbx_err *err)
+			const char *payload, const int fds[4], int *pidfd, int *keep_sock,
+			sbx_run_cgroup *cg, sbx_err *err)
 {
 	/* At a memory ceiling the OOM killer may have taken an idle init or
 	 * workload (tmpfs pages belong to no process, so its choice among
@@ -139,7 +142,8 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	bool limited = sbx_session_oom_path(s) != NULL;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
-		if (sbx_session_take_warm(s, mode, &sock, pidfd, err) < 0)
+		bool reused;
+		if (sbx_session_take_warm(s, mode, &sock, pidfd, &reused, err) < 0)
 			return -1;
 		struct pollfd dead = {*pidfd, POLLIN, 0};
 		if (limited && poll(&dead, 1, 0) == 1) {
@@ -164,6 +168,10 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 		}
 		int rc = sbx_proto_send_run(sock, req, payload, fds);
 		int saved = errno;
+		if (rc == 0 && keep_sock) {
+			*keep_sock = sock;
+			return 0;
+		}
 		close(sock);
 		if (rc == 0)
 			return 0;
@@ -192,7 +200,8 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
-	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = -1;
+	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = r->sock = r->reuse_fd = -1;
+	r->mode = o->network_mode;
 	r->t0_ns = now_ns();
 	/* Only sessions with a memory ceiling pay for this. */
 	const char *oom = sbx_session_oom_path(s);
@@ -229,7 +238,16 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	} else {
 		close_fd(&r->in_fd);
 	}
-	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd, &r->cg, err) < 0)
+	/* A copy of the session's inbox, not a pointer: the session may be
+	 * closed before the run ends (the give-back then fails, and the init
+	 * ends). */
+	if (sbx_session_reuse_fd(s) >= 0 &&
+	    (r->reuse_fd = fcntl(sbx_session_reuse_fd(s), F_DUPFD_CLOEXEC, 3)) < 0) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
+		goto fail;
+	}
+	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd,
+			 r->reuse_fd >= 0 ? &r->sock : NULL, &r->cg, err) < 0)
 		goto fail;
 	r->next_check = now_ns() + OOM_POLL_MS * 1000000ull;
 	for (int i = 0; i < 4; i++)
@@ -377,8 +395,19 @@ static void finish(sbx_run *r)
 		sbx_cgroup_run_remove(&r->cg);
 	if (res->term == SBX_TERM_OOM && r->oom_path)
 		settle_memory(r->oom_path);
+	/* Its init reported and we never signalled it: it serves the
+	 * session's next run (init.c).  Otherwise, or when the session is
+	 * gone or its inbox full, closing the socket ends it. */
+	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
+	    res->term != SBX_TERM_OOM) {
+		struct sbx_proto_offer back = {SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode};
+		int fds[2] = {r->pidfd, r->sock};
+		(void)sbx_proto_send_fds(r->reuse_fd, &back, sizeof(back), fds, 2);
+	}
 	r->done = true;
 	close_fd(&r->pidfd);
+	close_fd(&r->sock);
+	close_fd(&r->reuse_fd);
 }
 
 static void read_status(sbx_run *r)
@@ -557,6 +586,8 @@ void sbx_run_free(sbx_run *r)
 	close_fd(&r->in_fd);
 	close_fd(&r->status_fd);
 	close_fd(&r->pidfd);
+	close_fd(&r->sock);
+	close_fd(&r->reuse_fd);
 	free(r->stdin_buf);
 	free(r->oom_path);
 	free(r);

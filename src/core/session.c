@@ -44,6 +44,10 @@
 #define PRIV_UID_BASE 300000u
 #define PRIV_UID_SPAN 65536u
 #define MAX_DIRECT 64
+/* Given-back inits kept per mode: as many as runs that go at once, up to
+ * this; more are let go (they end).  Each idle one holds two processes, so
+ * with a pids ceiling at most 1/16 of it is spent on them. */
+#define MAX_IDLE 32
 #define DEFAULT_PROXY_PORT 3128
 
 struct sbx_session {
@@ -77,6 +81,15 @@ struct sbx_session {
 	struct {
 		int sock, pidfd;
 	} spare[SBX_NET_NMODES];
+	/* Reuse: runs give their init back through inbox (a socketpair; runs
+	 * hold a copy of inbox[1], not a pointer to us), and take_warm keeps
+	 * them in idle until they say they are ready ("r"). */
+	int inbox[2];
+	struct {
+		int sock, pidfd;
+	} idle[SBX_NET_NMODES][MAX_IDLE];
+	size_t n_idle[SBX_NET_NMODES];
+	size_t max_idle;
 	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
 };
 
@@ -216,8 +229,67 @@ static bool direct_expired(sbx_session *s)
 	return true;
 }
 
-int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err)
+/* Move what runs gave back into idle; past MAX_IDLE they are let go. */
+static void drain_inbox(sbx_session *s)
 {
+	struct sbx_proto_offer back;
+	int fds[2];
+	size_t nfds;
+
+	while (sbx_proto_recv_fds(s->inbox[0], &back, sizeof(back), fds, 2, &nfds) ==
+	       (ssize_t)sizeof(back)) {
+		sbx_net m = (sbx_net)back.mode;
+		if (nfds == 2 && back.magic == SBX_PROTO_MAGIC && m < SBX_NET_NMODES &&
+		    s->n_idle[m] < s->max_idle) {
+			s->idle[m][s->n_idle[m]].pidfd = fds[0];
+			s->idle[m][s->n_idle[m]++].sock = fds[1];
+			continue;
+		}
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+	}
+}
+
+/* An idle init of mode that said it is ready; those found gone are
+ * dropped, those still getting ready stay.  Never waits. */
+static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
+{
+	size_t k = 0;
+	bool found = false;
+
+	drain_inbox(s);
+	for (size_t i = 0; i < s->n_idle[mode]; i++) {
+		int fd = s->idle[mode][i].sock, pfd = s->idle[mode][i].pidfd;
+		if (!found) {
+			char c;
+			ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+			if (n == 1 && c == 'r') {
+				*sock = fd;
+				*pidfd = pfd;
+				found = true;
+				continue;
+			}
+			if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+				close(fd);
+				close(pfd);
+				continue;
+			}
+		}
+		s->idle[mode][k++] = s->idle[mode][i];
+	}
+	s->n_idle[mode] = k;
+	return found;
+}
+
+int sbx_session_reuse_fd(const sbx_session *s)
+{
+	return s->inbox[1];
+}
+
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, bool *reused,
+			  sbx_err *err)
+{
+	*reused = false;
 	if (mode > s->net)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "network_mode %s is wider than the session's %s", sbx_net_name(mode),
@@ -228,6 +300,12 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 		return take_direct(s, sock, pidfd, err);
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
+	/* A given-back init that is ready costs the zygote nothing, and asks
+	 * for no new offer. */
+	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd)) {
+		*reused = true;
+		return 0;
+	}
 	/* Every offer we take (used, set aside or dropped) asks for the
 	 * next one, in the mode of the run that took it: the zygote prepares
 	 * it while this run goes on.  Offers of another mode are set aside
@@ -599,6 +677,10 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 			snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "-1000");
 	}
 	cfg.memory_limited = s->cg.oom_path[0] != '\0';
+	/* Inits serve run after run where the host made an inbox for them
+	 * (not with a memory ceiling: a memory-limited run lives in a cgroup
+	 * of its own, which its init joins and dies with). */
+	cfg.reuse = s->inbox[0] >= 0;
 	size_t nc = 0;
 	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
 	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
@@ -883,6 +965,10 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	s->zygote = -1;
 	s->ctl_fd = s->work_fd = s->lock_fd = s->proxy_listener = -1;
+	s->inbox[0] = s->inbox[1] = -1;
+	s->max_idle = o->pids_max ? o->pids_max / 16 : MAX_IDLE;
+	if (s->max_idle > MAX_IDLE)
+		s->max_idle = MAX_IDLE;
 	s->open.pidfd = -1;
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		s->spare[m].sock = s->spare[m].pidfd = -1;
@@ -951,6 +1037,13 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	if (pipe2(sync, O_CLOEXEC) != 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+		goto fail;
+	}
+	/* Runs give inits back here (cfg.reuse in zygote_child); never
+	 * blocking a run's end: a full inbox lets the init go. */
+	if (!s->cg.oom_path[0] && s->max_idle &&
+	    (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->inbox) != 0)) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}
 	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -1052,6 +1145,14 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 			close(s->spare[m].pidfd);
 		}
 	}
+	for (int m = 0; m < SBX_NET_NMODES; m++)
+		for (size_t i = 0; i < s->n_idle[m]; i++) {
+			close(s->idle[m][i].sock);
+			close(s->idle[m][i].pidfd);
+		}
+	for (int i = 0; i < 2; i++)
+		if (s->inbox[i] >= 0)
+			close(s->inbox[i]);
 	if (s->proxy_listener >= 0)
 		close(s->proxy_listener);
 	if (s->ctl_fd >= 0)

@@ -410,7 +410,7 @@ for d in (".", "/tmp", "/dev/shm"):
     local s = H.session {}
     finally(function() s:close() end)
     s:exec("true")
-    local before = H.fd_count()
+    local before = H.run_fd_count()
     local r = H.py(s, [[
 import os, errno, resource, socket
 fds = []
@@ -441,7 +441,9 @@ except (ValueError, OSError) as e:
     for _ = 1, 3 do
       s:exec("python3 -c 'import os\ntry:\n  while True: os.open(\"/dev/null\", 0)\nexcept OSError: pass'")
     end
-    assert.are.equal(before, H.fd_count())
+    local after, inits = H.run_fd_count()
+    assert.are.equal(before, after)
+    assert.is_true(inits <= 3, inits .. " inits kept for sequential runs")
     assert.are.equal("ok\n", s:exec("echo ok").stdout)
   end)
 

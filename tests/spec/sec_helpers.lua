@@ -209,6 +209,21 @@ function M.fd_count()
   return n - 1 -- the pipe of this popen
 end
 
+-- fd_count without the inits a session keeps for its next runs: each is
+-- a pidfd and a request socket the host holds (given-back inits come and
+-- go with the timing of runs).  Also returns how many pidfds there were,
+-- so a caller can bound them: a leak of whole inits shows there.
+function M.run_fd_count()
+  local n = M.fd_count()
+  local p = io.popen("ls -l /proc/" .. M.getpid() .. "/fd")
+  local pidfds = 0
+  for line in p:lines() do
+    if line:match(" %-> anon_inode:%[pidfd%]$") then pidfds = pidfds + 1 end
+  end
+  p:close()
+  return n - 2 * pidfds, pidfds
+end
+
 function M.is_root()
   local p = io.popen("id -u")
   local uid = p:read("*l")

@@ -1,0 +1,175 @@
+-- reuse_spec.lua: an sbx-init serves run after run (init.c, "Reuse").  A
+-- reused init must give the next run what a fresh one would: no process of
+-- the last run, fresh /tmp and /dev/shm, a healthy init.  Each case first
+-- shows the init really was reused (the second run sits in the same PID
+-- namespace as the first), then tries to carry something across.
+
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local H = dofile(here .. "sec_helpers.lua")
+
+-- The run's PID namespace: the same for two runs only when one init served both.
+local PIDNS = "readlink /proc/self/ns/pid"
+
+-- Run cmd; its first stdout line is the PID namespace, the rest returned.
+local function ns_run(s, cmd, opts)
+  local r = s:exec(PIDNS .. "; " .. cmd, opts)
+  local ns, rest = r.stdout:match("^(pid:%[%d+%])\n(.*)$")
+  assert(ns, "no pid namespace in: " .. tostring(r.stdout) .. tostring(r.stderr))
+  return ns, rest, r
+end
+
+-- Give the last run's init time to get ready again: then the next run takes
+-- it (a ready given-back init comes before the zygote's offer).
+local function settle()
+  H.sleep(0.1)
+end
+
+describe("init reuse", function()
+  local s
+
+  before_each(function()
+    s = H.session()
+  end)
+
+  after_each(function()
+    if s then s:close() end
+    s = nil
+  end)
+
+  teardown(function()
+    H.cleanup()
+  end)
+
+  it("serves the next run from the same init (the case the others rely on)", function()
+    local ns1 = ns_run(s, "true")
+    settle()
+    local ns2 = ns_run(s, "true")
+    assert.are.equal(ns1, ns2)
+  end)
+
+  it("leaves no process of a run alive into the next one (setsid, double fork)", function()
+    local marker = "31" .. H.token():sub(-5)
+    local ns1 = ns_run(s, ("setsid sleep %s </dev/null >/dev/null 2>&1 & "
+      .. "( (sleep %s.5 </dev/null >/dev/null 2>&1 &) & ) ; echo started"):format(marker, marker))
+    settle()
+    local ns2, ps = ns_run(s, "ps -e -o comm=")
+    assert.are.equal(ns1, ns2)
+    -- Inside: init, the shell and ps; nothing named sleep.
+    assert.is_nil(ps:find("sleep", 1, true), ps)
+    assert.are.same({}, H.procs_matching("sleep " .. marker))
+  end)
+
+  it("kills a fork storm the last run left running before the next run starts", function()
+    local marker = "4." .. H.token():sub(-6)
+    local ns1 = ns_run(s, ("sh -c 'while :; do sleep %s & done' >/dev/null 2>&1 & sleep 0.2; echo left")
+      :format(marker))
+    settle()
+    local ns2, count = ns_run(s, "ls /proc | grep -c '^[0-9]'")
+    assert.are.equal(ns1, ns2)
+    -- init, sh, ls, grep at most.
+    assert.is_true(tonumber(count) <= 4, count)
+    assert.are.same({}, H.procs_matching("sleep " .. marker))
+  end)
+
+  it("gives each run a fresh /tmp and /dev/shm", function()
+    local ns1 = ns_run(s, "echo s1 > /tmp/secret; mkdir /tmp/d; ln -s /etc /tmp/l; "
+      .. "echo s2 > /dev/shm/secret; echo ok")
+    settle()
+    local ns2, seen = ns_run(s, "ls -A /tmp /dev/shm")
+    assert.are.equal(ns1, ns2)
+    assert.are.equal("/dev/shm:\n\n/tmp:\nsandbox-work\n", seen)
+  end)
+
+  it("gives a full /tmp back empty", function()
+    local ns1, full = ns_run(s, "dd if=/dev/zero of=/tmp/fill bs=1M count=400 2>/dev/null; df -k /tmp | tail -1")
+    assert.is_truthy(full:find(" 100%", 1, true), full)
+    settle()
+    local ns2, df = ns_run(s, "df -k /tmp | tail -1")
+    assert.are.equal(ns1, ns2)
+    local used = tonumber(df:match("^%S+%s+%d+%s+(%d+)"))
+    assert.is_true(used ~= nil and used < 1024, df)
+  end)
+
+  it("keeps an untouched /tmp and replaces a used one", function()
+    -- The root of a tmpfs gets its ctime when it is mounted and when an
+    -- entry is made in it, to the nanosecond (mount ids are reused).
+    local ctime = "stat -c %z /tmp"
+    local ns1, c1 = ns_run(s, ctime)
+    settle()
+    local ns2, c2 = ns_run(s, ctime .. "; touch /tmp/x; " .. ctime)
+    settle()
+    local ns3, c3 = ns_run(s, ctime)
+    assert.are.equal(ns1, ns2)
+    assert.are.equal(ns2, ns3)
+    local before, after = c2:match("^([^\n]+)\n([^\n]+)\n$")
+    assert.are.equal(c1, before .. "\n")
+    assert.are_not.equal(before, after)
+    assert.are_not.equal(after .. "\n", c3)
+  end)
+
+  it("reuses the init after a timeout, with nothing of the timed-out run left", function()
+    local marker = "52" .. H.token():sub(-5)
+    local r = s:exec(PIDNS .. ("; sh -c 'trap \"\" TERM; sleep %s' & sleep %s"):format(marker, marker),
+      { timeout_s = 0.3 })
+    assert.are.equal("timeout", r.termination_reason)
+    local ns1 = r.stdout:match("^(pid:%[%d+%])")
+    settle()
+    local ns2, ps = ns_run(s, "ps -e -o comm=")
+    assert.are.equal(ns1, ns2)
+    assert.is_nil(ps:find("sleep", 1, true), ps)
+    assert.are.same({}, H.procs_matching("sleep " .. marker))
+  end)
+
+  it("keeps serving after a run signals its init", function()
+    local ns1, out = ns_run(s, "kill -STOP 1; kill -KILL 1; kill -TERM 1; kill -HUP 1; echo alive")
+    assert.are.equal("alive\n", out)
+    settle()
+    local ns2, out2 = ns_run(s, "echo again")
+    assert.are.equal(ns1, ns2)
+    assert.are.equal("again\n", out2)
+  end)
+
+  it("ends the init of a run the host killed", function()
+    local p = s:run(PIDNS .. "; exec sleep 100")
+    local ns1 = p:lines()()
+    assert.is_truthy(ns1:match("^pid:%[%d+%]$"), ns1)
+    p:kill()
+    p:wait()
+    settle()
+    local ns2 = ns_run(s, "true")
+    assert.are_not.equal(ns1, ns2)
+    -- No process is left in the killed run's namespace.
+    assert.is_true(H.wait_for(5, function() return #H.procs_in_ns("pid", ns1) == 0 end),
+      H.describe(H.procs_in_ns("pid", ns1)))
+  end)
+
+  it("does not reuse inits in a session with a memory ceiling", function()
+    s:close()
+    s = H.session { memory_mb = 256 }
+    local ns1 = ns_run(s, "true")
+    settle()
+    local ns2 = ns_run(s, "true")
+    assert.are_not.equal(ns1, ns2)
+  end)
+
+  it("keeps at most pids/16 idle inits under a pids ceiling", function()
+    s:close()
+    s = H.session { pids = 64 }
+    -- 8 runs at once, then all of them back: at most 4 idle inits (8
+    -- processes) stay, next to the zygote's warm one.
+    local ps = {}
+    for i = 1, 8 do ps[i] = s:run("sleep 0.3") end
+    for i = 1, 8 do ps[i]:wait() end
+    settle()
+    local _, count = ns_run(s, "true")
+    local userns = H.session_userns(s)
+    local inits = 0
+    for _, pid in ipairs(H.procs_in_ns("user", userns)) do
+      if (H.read_file("/proc/" .. pid .. "/comm") or ""):match("^sbx%-init") then inits = inits + 1 end
+    end
+    -- 4 idle (init + workload each) + 1 warm from the zygote (2), maybe
+    -- one more in flight: well under the 16 that 8 kept inits would be.
+    assert.is_true(inits <= 12, tostring(inits))
+    assert.are.equal("", count)
+  end)
+end)
