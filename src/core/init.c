@@ -316,7 +316,7 @@ static void recv_request(int sock, struct sbx_proto_run *req, char *payload, int
  * of the request it then still waits for.
  */
 static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int hsock,
-					       int isock)
+					       int isock, bool say_ready)
 {
 	static char payload[SBX_PROTO_MAX_PAYLOAD];
 	struct sbx_proto_run req;
@@ -379,6 +379,11 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	if (!what && cfg->none && syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
 		what = "close fds", err_no = errno;
 
+	/* A reused init is ready again once this workload is: tell the host,
+	 * which waits for it before it sends the request (init itself may be
+	 * suspended until we exec: start_workload). */
+	if (say_ready && send(hsock, "r", 1, MSG_NOSIGNAL) != 1)
+		_exit(0);
 	recv_request(hsock, &req, payload, fds);
 	int status_fd = fds[3];
 	if (what) {
@@ -533,6 +538,34 @@ static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 }
 
 /*
+ * Fork the workload (child: it never returns).  Without a memory ceiling
+ * with vfork: init has nothing to do until the workload has the request
+ * and execs (signals the host sends meanwhile wait on the signalfd, and a
+ * workload that dies first wakes us as well), so the workload may borrow
+ * init's memory until then.  That spares a run the copy of init's page
+ * tables, the copy-on-write faults after it and the teardown of the copy
+ * at exec, most of what forking cost per run.  The workload only touches
+ * its own frames (below ours) and its own statics, and changes only
+ * per-task state (ids, capabilities, rlimits, seccomp, signal mask, fds:
+ * not shared by vfork).  With a memory ceiling the host must see the
+ * workload ("w") before it sends the request, so init has to run on:
+ * fork.  noinline: the vfork stays in this frame, which the child never
+ * returns from.
+ */
+static __attribute__((noinline)) pid_t start_workload(const struct sbx_zygote_cfg *cfg, int hsock,
+						      const int wsock[2], int sfd, bool say_ready)
+{
+	pid_t pid = cfg->memory_limited ? fork() : vfork();
+
+	if (pid == 0) {
+		close(wsock[0]);
+		close(sfd);
+		workload(cfg, hsock, wsock[1], say_ready);
+	}
+	return pid;
+}
+
+/*
  * One run: fork the workload, wait until it says it started (or is gone),
  * then supervise it until it exits, kill what it left and report.  reused:
  * an earlier run was served here, so the host waits for our "r" before it
@@ -550,15 +583,10 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	pid_t child = -1;
 
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0 ||
-	    (child = fork()) < 0) {
+	    (child = start_workload(cfg, hsock, wsock, sfd, reused)) < 0) {
 		if (reused) /* the host has no "r": it takes another init */
 			_exit(1);
 		refuse(hsock, strerror(errno));
-	}
-	if (child == 0) {
-		close(wsock[0]);
-		close(sfd);
-		workload(cfg, hsock, wsock[1]);
 	}
 	/* With a memory ceiling the host moves the run's processes into a
 	 * cgroup of their own and raises their OOM score when it takes the
@@ -567,12 +595,7 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	if (cfg->memory_limited)
 		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
 	close(wsock[1]);
-	/* The request goes straight to the workload.  A reused init tells
-	 * the host it is ready again; one the host let go gets EPIPE. */
-	if (reused && send(hsock, "r", 1, MSG_NOSIGNAL) != 1) {
-		kill(child, SIGKILL);
-		_exit(0);
-	}
+	/* The request goes straight to the workload. */
 	if (!cfg->reuse)
 		close(hsock);
 
