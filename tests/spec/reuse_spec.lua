@@ -18,6 +18,16 @@ local function ns_run(s, cmd, opts)
   return ns, rest, r
 end
 
+-- The next run (after settle) is served by the same init as the run in
+-- ns1 and sees no process of it: inside, nothing named sleep; on the host,
+-- no "sleep <marker>" at all.
+local function assert_nothing_left(s, ns1, marker)
+  local ns2, ps = ns_run(s, "ps -e -o comm=")
+  assert.are.equal(ns1, ns2)
+  assert.is_nil(ps:find("sleep", 1, true), ps)
+  assert.are.same({}, H.procs_matching("sleep " .. marker))
+end
+
 -- Give the last run's init time to get ready again: then the next run takes
 -- it (a ready given-back init comes before the zygote's offer).
 local function settle()
@@ -52,11 +62,7 @@ describe("init reuse", function()
     local ns1 = ns_run(s, ("setsid sleep %s </dev/null >/dev/null 2>&1 & "
       .. "( (sleep %s.5 </dev/null >/dev/null 2>&1 &) & ) ; echo started"):format(marker, marker))
     settle()
-    local ns2, ps = ns_run(s, "ps -e -o comm=")
-    assert.are.equal(ns1, ns2)
-    -- Inside: init, the shell and ps; nothing named sleep.
-    assert.is_nil(ps:find("sleep", 1, true), ps)
-    assert.are.same({}, H.procs_matching("sleep " .. marker))
+    assert_nothing_left(s, ns1, marker)
   end)
 
   it("kills a fork storm the last run left running before the next run starts", function()
@@ -115,10 +121,7 @@ describe("init reuse", function()
     assert.are.equal("timeout", r.termination_reason)
     local ns1 = r.stdout:match("^(pid:%[%d+%])")
     settle()
-    local ns2, ps = ns_run(s, "ps -e -o comm=")
-    assert.are.equal(ns1, ns2)
-    assert.is_nil(ps:find("sleep", 1, true), ps)
-    assert.are.same({}, H.procs_matching("sleep " .. marker))
+    assert_nothing_left(s, ns1, marker)
   end)
 
   it("keeps serving after a run signals its init", function()
