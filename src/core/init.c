@@ -582,11 +582,25 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	uint64_t pending = 0; /* signals the host sent before the run started */
 	pid_t child = -1;
 
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0 ||
-	    (child = start_workload(cfg, hsock, wsock, sfd, reused)) < 0) {
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, wsock) != 0) {
 		if (reused) /* the host has no "r": it takes another init */
 			_exit(1);
 		refuse(hsock, strerror(errno));
+	}
+	/* At a pids ceiling a fork fails for as long as another run of the
+	 * session holds every pid (or one that did is still being reaped):
+	 * keep trying for a while, or the next run would get this init's
+	 * refusal although the bomb is long over. */
+	for (int tries = 0; (child = start_workload(cfg, hsock, wsock, sfd, reused)) < 0; tries++) {
+		if (errno == EAGAIN && tries < 200) {
+			usleep(10000);
+			continue;
+		}
+		if (reused)
+			_exit(1);
+		refuse(hsock, errno == EAGAIN ? "fork the workload: the session is at its pids "
+						"ceiling"
+					      : strerror(errno));
 	}
 	/* With a memory ceiling the host moves the run's processes into a
 	 * cgroup of their own and raises their OOM score when it takes the
