@@ -23,6 +23,9 @@
 
 #include "server.h"
 
+/* At most this many levels of containers, the top one included: what
+ * msgpack-c's unpacker takes (MSGPACK_EMBED_STACK_SIZE), so whatever one
+ * format accepts, our msgpack encoding of it decodes again. */
 #define SRV_MAX_DEPTH 32
 #define SRV_MAX_ITEMS 100000
 
@@ -34,7 +37,7 @@ typedef struct dec_state {
 
 static int json_push(lua_State *L, json_t *v, int depth, dec_state *st)
 {
-	if (depth > SRV_MAX_DEPTH) {
+	if (depth >= SRV_MAX_DEPTH) {
 		snprintf(st->why, st->whylen, "nested deeper than %d levels", SRV_MAX_DEPTH);
 		return -1;
 	}
@@ -105,7 +108,7 @@ static int json_push(lua_State *L, json_t *v, int depth, dec_state *st)
 
 static int mp_push(lua_State *L, const msgpack_object *o, int depth, dec_state *st)
 {
-	if (depth > SRV_MAX_DEPTH) {
+	if (depth >= SRV_MAX_DEPTH) {
 		snprintf(st->why, st->whylen, "nested deeper than %d levels", SRV_MAX_DEPTH);
 		return -1;
 	}
@@ -350,7 +353,7 @@ static json_t *to_json(lua_State *L, int idx, int depth)
 {
 	if (idx < 0)
 		idx = lua_gettop(L) + idx + 1;
-	if (depth > SRV_MAX_DEPTH)
+	if (depth >= SRV_MAX_DEPTH)
 		return json_null();
 	switch (lua_type(L, idx)) {
 	case LUA_TBOOLEAN:
@@ -401,7 +404,7 @@ static void to_mp(lua_State *L, int idx, msgpack_packer *pk, int depth)
 {
 	if (idx < 0)
 		idx = lua_gettop(L) + idx + 1;
-	if (depth > SRV_MAX_DEPTH) {
+	if (depth >= SRV_MAX_DEPTH) {
 		msgpack_pack_nil(pk);
 		return;
 	}

@@ -253,6 +253,16 @@ describe_srv("sbxd HTTP/2 API", function()
     body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
       "-d", ("["):rep(100) .. ("]"):rep(100))
     assert.equal(400, status)
+    -- The depth limit is exact, and the same for JSON and msgpack (32
+    -- levels, what msgpack-c's unpacker takes): 33 is refused by name.
+    body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", '{"cmd":"true","env":' .. ("["):rep(32) .. ("]"):rep(32) .. "}")
+    assert.equal(400, status, body)
+    assert.is_truthy(body:find("nested deeper than 32 levels", 1, true), body)
+    body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", '{"cmd":"true","env":' .. ("["):rep(31) .. ("]"):rep(31) .. "}")
+    assert.equal(400, status, body)
+    assert.is_truthy(body:find("env", 1, true) and not body:find("nested", 1, true), body)
   end)
 
   it("the policy denies what it ceilings (403 PolicyDenied) and /metrics counts it", function()
