@@ -17,6 +17,7 @@
  * right before execve.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -316,7 +317,7 @@ static void recv_request(int sock, struct sbx_proto_run *req, char *payload, int
  * of the request it then still waits for.
  */
 static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg, int hsock,
-					       int isock, bool say_ready)
+					       int isock, bool say_ready, pid_t init_pid)
 {
 	static char payload[SBX_PROTO_MAX_PAYLOAD];
 	struct sbx_proto_run req;
@@ -331,9 +332,6 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* Its own session: no controlling terminal of ours, its own group. */
 	setsid();
-	/* Without a PID namespace, init's end would not end us: ask for it. */
-	if (cfg->none)
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
 	err.msg[0] = '\0';
 	/* Ids first: the uid is already 1000, but make every id 1000 and drop
 	 * any supplementary group (setgroups is denied when the host side is
@@ -379,6 +377,12 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	if (!what && cfg->none && syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
 		what = "close fds", err_no = errno;
 
+	/* Without a PID namespace, init's end would not end us: ask for it,
+	 * after the ids changed (a change of credentials clears the setting),
+	 * and make sure init did not end before we asked (the host may kill a
+	 * run right after it started: we would live on, orphaned). */
+	if (cfg->none && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != init_pid))
+		_exit(0);
 	/* A reused init is ready again once this workload is: tell the host,
 	 * which waits for it before it sends the request (init itself may be
 	 * suspended until we exec: start_workload). */
@@ -499,15 +503,76 @@ static int make_timer(uint32_t ms)
 	return fd;
 }
 
+/* Backends none/bubblewrap: SIGKILL every descendant of ours, found in
+ * /proc by parent pid (orphans of the run are ours: we are their
+ * subreaper), until a pass finds none left alive; at most a few passes. */
+static void kill_descendants(void)
+{
+	static pid_t pid[4096], ppid[4096];
+	pid_t me = getpid();
+
+	for (int pass = 0; pass < 8; pass++) {
+		DIR *d = opendir("/proc");
+		size_t n = 0;
+		struct dirent *e;
+		while (d && (e = readdir(d)) && n < 4096) {
+			char path[64], buf[512];
+			if (e->d_name[0] < '1' || e->d_name[0] > '9')
+				continue;
+			snprintf(path, sizeof(path), "/proc/%.20s/stat", e->d_name);
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			ssize_t len = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+			if (fd >= 0)
+				close(fd);
+			char *paren = len > 0 ? (buf[len] = '\0', strrchr(buf, ')')) : NULL;
+			char state;
+			int pp;
+			/* after "pid (comm)": " state ppid ..."; zombies are done */
+			if (!paren || sscanf(paren + 1, " %c %d", &state, &pp) != 2 || state == 'Z')
+				continue;
+			pid[n] = (pid_t)atoi(e->d_name);
+			ppid[n++] = (pid_t)pp;
+		}
+		if (d)
+			closedir(d);
+		/* Descendants: grow the set from us until it stops growing. */
+		static char mine[4096];
+		memset(mine, 0, n);
+		bool grew = true, any = false;
+		while (grew) {
+			grew = false;
+			for (size_t i = 0; i < n; i++) {
+				if (mine[i])
+					continue;
+				bool child = ppid[i] == me;
+				for (size_t j = 0; !child && j < n; j++)
+					child = mine[j] && ppid[i] == pid[j];
+				if (child)
+					mine[i] = grew = any = true;
+			}
+		}
+		if (!any)
+			return;
+		for (size_t i = 0; i < n; i++)
+			if (mine[i])
+				kill(pid[i], SIGKILL);
+	}
+}
+
 /* Signal everything of the run: with a PID namespace of its own that is
  * every process init can see; backend "none" has none, so the workload's
- * process group (it called setsid) is all init can name. */
+ * process group (it called setsid), and for SIGKILL every descendant. */
 static void kill_run(const struct sbx_zygote_cfg *cfg, pid_t child, int sig)
 {
-	if (cfg->none)
-		kill(-child, sig);
-	else
+	if (sig == SBX_SIG_KILL_RUN)
+		sig = SIGKILL;
+	if (!cfg->none) {
 		kill(-1, sig);
+		return;
+	}
+	kill(-child, sig);
+	if (sig == SIGKILL)
+		kill_descendants();
 }
 
 /* Reap what exited; true when child was among them (its status in *st). */
@@ -555,13 +620,17 @@ static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 static __attribute__((noinline)) pid_t start_workload(const struct sbx_zygote_cfg *cfg, int hsock,
 						      const int wsock[2], int sfd, bool say_ready)
 {
+	pid_t init_pid = getpid();
 	pid_t pid = cfg->memory_limited ? fork() : vfork();
 
 	if (pid == 0) {
 		close(wsock[0]);
 		close(sfd);
-		workload(cfg, hsock, wsock[1], say_ready);
+		workload(cfg, hsock, wsock[1], say_ready, init_pid);
 	}
+	/* The workload's change of ids set the dumpable flag of the memory
+	 * we shared (to the host's suid_dumpable): ours again, not dumpable. */
+	prctl(PR_SET_DUMPABLE, 0);
 	return pid;
 }
 
@@ -685,7 +754,8 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 				/* From the host: an ancestor namespace has no
 				 * pid here. */
 				host_signalled = true;
-				killed_by_us = killed_by_us || si.ssi_signo == SIGKILL;
+				killed_by_us = killed_by_us || si.ssi_signo == SIGKILL ||
+					       si.ssi_signo == SBX_SIG_KILL_RUN;
 				kill_run(cfg, child, (int)si.ssi_signo);
 			}
 		}
@@ -747,6 +817,8 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 	sigaddset(&mask, SIGCHLD);
 	for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
 		sigaddset(&mask, forwarded[i]);
+	if (cfg->none)
+		sigaddset(&mask, SBX_SIG_KILL_RUN);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 

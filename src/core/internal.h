@@ -193,6 +193,13 @@ int sbx_rootfs_etc_entry(const char *name, sbx_err *err);
 /* Is an inside path below the per-run /tmp or /dev/shm? */
 bool sbx_rootfs_is_scratch(const char *path);
 
+/* Backends none and bubblewrap have no PID namespace per run, and a run's
+ * processes may leave its process group and session (bwrap's do): the host
+ * asks init with this signal to SIGKILL the run, which init does to every
+ * descendant it has, orphans included (it is their subreaper).  A plain
+ * SIGKILL of init would leave them running. */
+#define SBX_SIG_KILL_RUN 40
+
 /* The zygote's loop (zygote.c); never returns. */
 __attribute__((noreturn)) void sbx_zygote_main(const struct sbx_zygote_cfg *cfg);
 
@@ -310,6 +317,9 @@ const char *sbx_session_oom_path(const sbx_session *s);
  * zygote is gone). */
 int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, bool *reused,
 			  sbx_err *err);
+/* Backends none and bubblewrap: the host forks each run's init, which has
+ * no PID namespace of its own (SBX_SIG_KILL_RUN). */
+bool sbx_session_direct(const sbx_session *s);
 /* Where a run gives its init back after it ended (a message of struct
  * sbx_proto_offer with the init's pidfd and request socket), or -1 when
  * the session's inits serve one run each. */

@@ -40,6 +40,7 @@ struct sbx_run {
 	int sock;            /* the init's request socket, kept to give it back */
 	int reuse_fd;        /* the session's inbox for given-back inits, or -1 */
 	sbx_net mode;
+	bool direct;         /* backend none/bubblewrap: SIGKILL goes as SBX_SIG_KILL_RUN */
 	char *stdin_buf;     /* bytes still to feed, owned */
 	size_t stdin_len, stdin_off;
 	bool signalled;      /* we sent a signal: the end is ours, not its */
@@ -202,6 +203,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = r->sock = r->reuse_fd = -1;
 	r->mode = o->network_mode;
+	r->direct = sbx_session_direct(s);
 	r->t0_ns = now_ns();
 	/* Only sessions with a memory ceiling pay for this. */
 	const char *oom = sbx_session_oom_path(s);
@@ -532,11 +534,18 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 	}
 }
 
+/* The signal that asks init for signo: SIGKILL of a run without a PID
+ * namespace must reach every process of it, which only init can find. */
+static int kill_signal(const sbx_run *r, int signo)
+{
+	return signo == SIGKILL && r->direct ? SBX_SIG_KILL_RUN : signo;
+}
+
 int sbx_run_kill(sbx_run *r, int signo, sbx_err *err)
 {
 	if (r->done || r->pidfd < 0)
 		return 0;
-	if (sbx_sys_pidfd_send_signal(r->pidfd, signo) != 0 && errno != ESRCH)
+	if (sbx_sys_pidfd_send_signal(r->pidfd, kill_signal(r, signo)) != 0 && errno != ESRCH)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "signal the run: %s",
 				   strerror(errno));
 	r->signalled = true;
@@ -576,7 +585,7 @@ void sbx_run_free(sbx_run *r)
 	if (!r)
 		return;
 	if (!r->done && r->pidfd >= 0)
-		sbx_sys_pidfd_send_signal(r->pidfd, SIGKILL);
+		sbx_sys_pidfd_send_signal(r->pidfd, kill_signal(r, SIGKILL));
 	if (r->cg.version) {
 		sbx_cgroup_run_kill(&r->cg);
 		sbx_cgroup_run_remove(&r->cg);

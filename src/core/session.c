@@ -281,6 +281,11 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
 	return found;
 }
 
+bool sbx_session_direct(const sbx_session *s)
+{
+	return s->none;
+}
+
 int sbx_session_reuse_fd(const sbx_session *s)
 {
 	return s->inbox[1];

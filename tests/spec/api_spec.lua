@@ -256,6 +256,27 @@ describe("a session's runs", function()
     assert.is_false(p:kill(), "nothing to kill once it has ended")
   end)
 
+  it("kill() right after the start leaves no process of the run behind", function()
+    -- Backends without a PID namespace per run (none, bubblewrap) used to
+    -- leave bwrap's sandbox running when init was killed first.
+    for _ = 1, 5 do
+      -- A fresh session each time: its first run is where it showed.
+      local fresh = sbx.session {}
+      finally(function() fresh:close() end)
+      -- 30 s with a unique fraction: a survivor is named, and bounded.
+      local marker = ("30.%06d"):format(math.random(0, 999999))
+      local p = fresh:run("sleep " .. marker)
+      local t0 = T.now_ms()
+      assert.is_true(p:kill())
+      assert.are.equal(-9, p:wait())
+      assert.is_true(T.now_ms() - t0 < 2000, "kill took " .. (T.now_ms() - t0) .. " ms")
+      local h = io.popen("pgrep -f -x 'sleep " .. marker .. "'")
+      local left = h:read("*a")
+      h:close()
+      assert.are.equal("", left)
+    end
+  end)
+
   it("kill(sig) takes a signal name or number, and delivers it even right after the start", function()
     -- timeout_s only bounds the test if a signal gets lost.
     local p = s:run("sleep 100", { timeout_s = 5 })
