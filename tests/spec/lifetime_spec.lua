@@ -120,7 +120,12 @@ describe("userns lifetime: within a session", function()
     end
     local pidns = first and first:match("^started (%S+)$")
     assert.is_truthy(pidns, tostring(first))
-    local seen = H.procs_exact("sleep " .. n)
+    -- The shell may echo before its background child has exec'd sleep.
+    local seen
+    H.wait_for(5, function()
+      seen = H.procs_exact("sleep " .. n)
+      return #seen > 0
+    end)
     assert.are.equal(1, #seen)
     assert.are.equal(userns, H.readlink("/proc/" .. seen[1] .. "/ns/user"))
     assert.are.equal(pidns, H.readlink("/proc/" .. seen[1] .. "/ns/pid"))
