@@ -311,12 +311,11 @@ const char *sbx_session_oom_path(const sbx_session *s);
 
 /* Take the session's warm init (session.c, for run.c): its request socket
  * and pidfd become the caller's.  A given-back init that is ready comes
- * first (*reused); otherwise the zygote's offer, and the zygote is asked
+ * first; otherwise the zygote's offer, and the zygote is asked
  * for the next (of the same mode: the next run most likely wants what
  * this one did).  Returns 0, or -1 with err (SessionClosed when the
  * zygote is gone). */
-int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, bool *reused,
-			  sbx_err *err);
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err);
 /* Backends none and bubblewrap: the host forks each run's init, which has
  * no PID namespace of its own (SBX_SIG_KILL_RUN). */
 bool sbx_session_direct(const sbx_session *s);

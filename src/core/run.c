@@ -143,8 +143,7 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	bool limited = sbx_session_oom_path(s) != NULL;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
-		bool reused;
-		if (sbx_session_take_warm(s, mode, &sock, pidfd, &reused, err) < 0)
+		if (sbx_session_take_warm(s, mode, &sock, pidfd, err) < 0)
 			return -1;
 		struct pollfd dead = {*pidfd, POLLIN, 0};
 		if (limited && poll(&dead, 1, 0) == 1) {

@@ -229,7 +229,7 @@ static bool direct_expired(sbx_session *s)
 	return true;
 }
 
-/* Move what runs gave back into idle; past MAX_IDLE they are let go. */
+/* Move what runs gave back into idle; past max_idle they are let go. */
 static void drain_inbox(sbx_session *s)
 {
 	struct sbx_proto_offer back;
@@ -291,10 +291,8 @@ int sbx_session_reuse_fd(const sbx_session *s)
 	return s->inbox[1];
 }
 
-int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, bool *reused,
-			  sbx_err *err)
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err)
 {
-	*reused = false;
 	if (mode > s->net)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "network_mode %s is wider than the session's %s", sbx_net_name(mode),
@@ -307,10 +305,8 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, b
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
 	/* A given-back init that is ready costs the zygote nothing, and asks
 	 * for no new offer. */
-	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd)) {
-		*reused = true;
+	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd))
 		return 0;
-	}
 	/* Every offer we take (used, set aside or dropped) asks for the
 	 * next one, in the mode of the run that took it: the zygote prepares
 	 * it while this run goes on.  Offers of another mode are set aside
