@@ -656,15 +656,12 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 			_exit(1);
 		refuse(hsock, strerror(errno));
 	}
-	/* At a pids ceiling a fork fails for as long as another run of the
-	 * session holds every pid (or one that did is still being reaped):
-	 * keep trying for a while, or the next run would get this init's
-	 * refusal although the bomb is long over. */
-	for (int tries = 0; (child = start_workload(cfg, hsock, wsock, sfd, reused)) < 0; tries++) {
-		if (errno == EAGAIN && tries < 200) {
-			usleep(10000);
+	/* At a pids ceiling keep trying for a while, or the next run would
+	 * get this init's refusal although the bomb is long over. */
+	int tries = 0;
+	while ((child = start_workload(cfg, hsock, wsock, sfd, reused)) < 0) {
+		if (sbx_sys_fork_retry(&tries))
 			continue;
-		}
 		if (reused)
 			_exit(1);
 		refuse(hsock, errno == EAGAIN ? "fork the workload: the session is at its pids "

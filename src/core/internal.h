@@ -219,6 +219,12 @@ void sbx_close_fds_except(const int *keep, size_t n);
 /* Raw syscalls glibc 2.36 may lack. */
 int sbx_sys_pidfd_send_signal(int pidfd, int sig);
 pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out);
+/* After a fork or clone failed: at a full pids ceiling (EAGAIN, which lasts
+ * while another run of the session holds every pid, or one that did is
+ * still being reaped) sleep 10 ms and return true, up to 2 s in all counted
+ * in *tries; false for any other error or once the time is up (errno
+ * kept). */
+bool sbx_sys_fork_retry(int *tries);
 
 /* ---- cgroups (cgroup.c) ---- */
 

@@ -23,6 +23,15 @@ int sbx_sys_pidfd_send_signal(int pidfd, int sig)
 	return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
 }
 
+bool sbx_sys_fork_retry(int *tries)
+{
+	if (errno != EAGAIN || *tries >= 200)
+		return false;
+	++*tries;
+	usleep(10000);
+	return true;
+}
+
 /*
  * Fork-like clone3 (no new stack: the child returns here like fork).
  * flags may add namespace bits; with pidfd_out, CLONE_PIDFD is set and the

@@ -79,15 +79,14 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 	 * back down to where we started (0, the lower bound) needs none. */
 	if (cfg->oom_fd >= 0)
 		(void)!pwrite(cfg->oom_fd, "500", 3, 0);
-	/* At the session's pids ceiling the clone fails while a run holds
-	 * every pid: keep trying for a while (2 s) before offering the
-	 * failure, or a run that starts after a fork bomb ended would get
-	 * it. */
+	/* At the session's pids ceiling keep trying for a while before
+	 * offering the failure, or a run that starts after a fork bomb ended
+	 * would get it. */
 	pid_t pid;
-	for (int tries = 0; (pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd)) < 0 &&
-			    errno == EAGAIN && tries < 200;
-	     tries++)
-		usleep(10000);
+	int tries = 0;
+	while ((pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd)) < 0 &&
+	       sbx_sys_fork_retry(&tries))
+		;
 	if (cfg->oom_fd >= 0 && pid != 0)
 		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
 	/* Should we fail to step back, the zygote must not offer runs in the
