@@ -350,7 +350,7 @@ end
 
 -- PUT with offset N > 0: append the body to the file whose size is N
 -- (src/server/fileput.c); any other size is 409 with the current size.
-local function append(req, rec, path, offset, data)
+local function append(rec, path, offset, data)
   local st = rec.s._st
   local function conflict(size, why)
     return fail(409, "Conflict", ("%s: cannot append at offset %d: %s"):format(path, offset, why),
@@ -372,7 +372,7 @@ local function file_op(req, rec, path)
     local offset, bad = put_offset(req.query)
     if not offset then return bad end
     local data = req.raw or ""
-    if offset > 0 then return append(req, rec, path, offset, data) end
+    if offset > 0 then return append(rec, path, offset, data) end
     if #data > rec.s._st.max_file_bytes then return over_max_file(rec.s._st, #data) end
     local ok, e = pcall(rec.s.put_bytes, rec.s, path, data)
     if not ok then return from_error(e) end
