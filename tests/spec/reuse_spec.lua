@@ -34,6 +34,13 @@ local function settle()
   H.sleep(0.1)
 end
 
+-- The PID namespaces of two runs of `true`, settled between.
+local function two_runs(s)
+  local ns1 = ns_run(s, "true")
+  settle()
+  return ns1, (ns_run(s, "true"))
+end
+
 describe("init reuse", function()
   local s
 
@@ -51,9 +58,7 @@ describe("init reuse", function()
   end)
 
   it("serves the next run from the same init (the case the others rely on)", function()
-    local ns1 = ns_run(s, "true")
-    settle()
-    local ns2 = ns_run(s, "true")
+    local ns1, ns2 = two_runs(s)
     assert.are.equal(ns1, ns2)
   end)
 
@@ -150,9 +155,7 @@ describe("init reuse", function()
   it("does not reuse inits in a session with a memory ceiling", function()
     s:close()
     s = H.session { memory_mb = 256 }
-    local ns1 = ns_run(s, "true")
-    settle()
-    local ns2 = ns_run(s, "true")
+    local ns1, ns2 = two_runs(s)
     assert.are_not.equal(ns1, ns2)
   end)
 
