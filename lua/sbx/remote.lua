@@ -114,11 +114,8 @@ local function connect(endpoint, token, opts)
     errors.raise(errors.InvalidArgument("token", "a bearer token string expected (or token_file)"))
   end
   if token:find("[\r\n]") then errors.raise(errors.InvalidArgument("token", "contains a line break")) end
-  local conn, why = http.new(endpoint, { ca_file = opts.ca_file, insecure_tls = opts.insecure_tls })
-  if not conn then
-    if tostring(why):match("^endpoint") then errors.raise(errors.InvalidArgument("endpoint", why)) end
-    errors.raise(transport_error(why))
-  end
+  -- Every option is checked before the connection is tried: a bad one is
+  -- named, not hidden behind "cannot reach".
   local timeout_s = opts.request_timeout_s or 60
   if type(timeout_s) ~= "number" or timeout_s <= 0 then
     errors.raise(errors.InvalidArgument("request_timeout_s", "a positive number expected"))
@@ -126,6 +123,11 @@ local function connect(endpoint, token, opts)
   local chunk = opts.upload_chunk_bytes or UPLOAD_CHUNK
   if type(chunk) ~= "number" or chunk < 1 or chunk ~= math.floor(chunk) then
     errors.raise(errors.InvalidArgument("upload_chunk_bytes", "a positive integer expected"))
+  end
+  local conn, why = http.new(endpoint, { ca_file = opts.ca_file, insecure_tls = opts.insecure_tls })
+  if not conn then
+    if tostring(why):match("^endpoint") then errors.raise(errors.InvalidArgument("endpoint", why)) end
+    errors.raise(transport_error(why))
   end
   return { conn = conn, endpoint = endpoint, token = token, timeout_ms = math.ceil(timeout_s * 1000),
     chunk = chunk }
