@@ -441,7 +441,11 @@ except (ValueError, OSError) as e:
     for _ = 1, 3 do
       s:exec("python3 -c 'import os\ntry:\n  while True: os.open(\"/dev/null\", 0)\nexcept OSError: pass'")
     end
-    local after, inits = H.run_fd_count()
+    local after, inits
+    H.wait_for(2, function()
+      after, inits = H.run_fd_count()
+      return after == before
+    end)
     assert.are.equal(before, after)
     assert.is_true(inits <= 3, inits .. " inits kept for sequential runs")
     assert.are.equal("ok\n", s:exec("echo ok").stdout)
