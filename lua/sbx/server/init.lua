@@ -24,6 +24,18 @@
 -- the reload for the tenant named by --admin-tenant, and is 403 for anyone
 -- else (and for everyone when no admin tenant is configured).
 --
+-- The loop never waits (issue 14): handle(req) runs as a coroutine that
+-- src/server/task.c resumes.  Where it would block it yields instead:
+-- wait_fd (a session's sandbox setting up, a warm run on offer) and the
+-- policy's hooks, which run on sbxd's policy worker thread
+-- (sbx.server.hookworker, src/server/hooks.c) and are waited for the same
+-- way.  A client that goes away while its request waits gets its half-done
+-- work undone (a session still setting up is closed).  Hooks called off
+-- any request (the proxy's on_connect, on_close from the reaper) are
+-- posted to the same worker, so every hook of a policy runs in one Lua
+-- state, one at a time: on_close without waiting, on_connect waiting on
+-- the loop's thread (the proxy's decide cannot yield).
+--
 -- Tenancy: a session belongs to the tenant that created it; another tenant
 -- gets 404 for it, exactly as for an id that does not exist.  A session's
 -- reference token ("sbxr_<id>_<secret>", from the create answer) can run,
@@ -61,6 +73,55 @@ local function now_ms()
   local ok, core = pcall(require, "sbx.core")
   if ok and core.monotonic_ms then return core.monotonic_ms() end
   return os.time() * 1000
+end
+
+-- The coroutines src/server/task.c runs handle(req) in: only they may
+-- yield to the loop.
+local request_cos = setmetatable({}, { __mode = "k" })
+local function in_request()
+  local co = coroutine.running()
+  return co ~= nil and request_cos[co] == true
+end
+
+-- wait_fd(fd, deadline_ms) -> true | nil, "timeout" | "cancelled": until
+-- fd is readable, the loop serving everyone else meanwhile.
+local function wait_fd(fd, deadline_ms)
+  if not in_request() then return nil, "not inside a request" end
+  return coroutine.yield("fd", fd, deadline_ms)
+end
+
+-- How long past a hook's own deadline we wait for the worker's answer
+-- (hooks run one at a time: others may be ahead in the queue).
+local WORKER_SLACK_MS = 10000
+local worker_loaded = {} -- generation -> true once its load is posted
+
+-- The policy engine's hook_runner (sbx.policy): the hook runs on the
+-- worker; the result comes back in run_hook's shape.  Whatever goes wrong
+-- with the worker is an error of the hook: it denies.
+local function hook_runner(gen, hook, ...)
+  local hooks = cfg.hooks
+  local n = gen.generation
+  if not worker_loaded[n] then
+    hooks.post({ op = "load", generation = n, path = gen.file, source = gen.source }, true)
+    worker_loaded[n] = true
+  end
+  local msg = { op = "call", generation = n, hook = hook, args = { ... }, nargs = select("#", ...) }
+  if hook == "on_close" then
+    hooks.post(msg, true)
+    return { n = 2, true, true }
+  end
+  local budget = gen.limits.ms + WORKER_SLACK_MS
+  local id = hooks.post(msg)
+  local rep, why
+  if in_request() then
+    rep, why = coroutine.yield("job", id, now_ms() + budget)
+  else
+    rep, why = hooks.wait(id, budget)
+  end
+  if not rep then return { n = 2, false, ("the policy worker did not answer (%s)"):format(tostring(why)) } end
+  if rep.err then return { n = 2, false, tostring(rep.err) } end
+  if rep.exceeded then return { n = 2, false, tostring(rep.v), exceeded = true } end
+  return { n = rep.n or 2, rep.ok == true, rep.v, rep.r }
 end
 
 local function random_hex(nbytes)
@@ -204,6 +265,8 @@ local function create_session(req)
   opts.policy = cfg.engine
   opts.warm_runs = cfg.warm_runs
   opts.proxy_host = proxy_host
+  opts.wait = wait_fd
+  opts.caller = { origin = "sbxd", tenant = req.tenant }
   local ok, s = pcall(session.open, opts)
   if not ok then return from_error(s) end
   local rec = {
@@ -262,6 +325,18 @@ local function start_run(req, rec)
   -- policy's on_run hook (a denial is a PolicyDenied answer, not a run).
   local ok, o = pcall(st.engine.admit_run, st.engine, st, body.cmd, opts)
   if not ok then return from_error(o) end
+  -- The first run of a session waits for the sandbox's first warm run:
+  -- on the loop, not in the core.
+  local fd = st.core:offer_fd(o.network_mode or "blocked")
+  if fd then
+    local core = require "sbx.core"
+    local ready, why = wait_fd(fd, now_ms() + core.SESSION_READY_TIMEOUT_MS)
+    if not ready then
+      return from_error(errors.SandboxExecutionError(("no warm run of session %s came (%s)")
+        :format(rec.s.name, tostring(why)), st.backend, 0))
+    end
+    if st.closed then return fail(410, "SessionClosed", ("session %s is closed"):format(rec.s.name)) end
+  end
   local t = tenant_rec(rec.tenant)
   if t.runs >= cfg.max_runs then
     local r, h = too_many("concurrent runs of tenant " .. rec.tenant, cfg.max_runs)
@@ -408,6 +483,8 @@ local function admin_reload(req)
 end
 
 function M.handle(req)
+  local co = coroutine.running()
+  if co then request_cos[co] = true end
   local path, method = req.path, req.method
   if path == "/v1/admin/reload-policy" then
     if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
@@ -500,6 +577,7 @@ function M.init(c)
   cfg.admin_tenant = c.admin_tenant
   cfg.max_body = c.max_body
   cfg.file_append = c.file_append
+  cfg.hooks = c.hooks
   -- The server must outlive any sandbox the OOM killer considers; without
   -- CAP_SYS_RESOURCE this fails, and the runs' own high scores still make
   -- them the first victims.
@@ -511,7 +589,7 @@ function M.init(c)
     end
   end
   -- Fail at start, not at the first request, when the policy does not load.
-  local ok, e = pcall(policy.load, c.policy)
+  local ok, e = pcall(policy.load, c.policy, { hook_runner = c.hooks and hook_runner or nil })
   if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
   cfg.engine = e
   cfg.proxy = core.proxy_new {
