@@ -246,11 +246,11 @@ uint64_t sbx_srv_hooks_post(sbx_srv_hooks *H, char *data, size_t len, bool norep
 	m->len = len;
 	m->noreply = noreply;
 	pthread_mutex_lock(&H->mu);
-	m->id = H->next_id++;
+	uint64_t id = m->id = H->next_id++;
 	q_push(&H->work, m);
 	pthread_cond_signal(&H->more_work);
 	pthread_mutex_unlock(&H->mu);
-	return m->id;
+	return id; /* not m->id: the worker may have freed m by now */
 }
 
 int sbx_srv_hooks_take(sbx_srv_hooks *H, uint64_t *id, char **data, size_t *len)

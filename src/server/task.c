@@ -284,6 +284,7 @@ static void on_hooks(h2o_socket_t *sock, const char *err)
 			resume(t, 2);
 			continue;
 		}
+		sbx_srv_log(SRV_LOG_DEBUG, "event=hook_answer_late job=%lu", (unsigned long)id);
 		free(data); /* its task timed out or went away */
 	}
 }
