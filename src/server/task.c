@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@ struct sbx_srv_task {
 	h2o_timeout_entry_t timer;
 	sbx_srv_task *next_job;
 	bool running;
+	bool is_run; /* POST .../runs */
 	int cancelled_resumes;
 };
 
@@ -118,9 +120,10 @@ static void discard(lua_State *L)
 static void on_fd_ready(h2o_socket_t *sock, const char *err);
 static void on_timer(h2o_timeout_entry_t *e);
 
-/* Set up the wait the task yielded for; false (with why pushed on the
- * task's stack... by the caller) when it asked for something malformed. */
-static bool start_wait(sbx_srv_task *t, const char **why)
+/* Set up the wait the task yielded for: true (*ready when what it waits
+ * for is there already), or false and why when it asked for something
+ * malformed. */
+static bool start_wait(sbx_srv_task *t, const char **why, bool *ready)
 {
 	lua_State *co = t->co;
 	const char *kind = lua_tostring(co, 1);
@@ -133,6 +136,13 @@ static bool start_wait(sbx_srv_task *t, const char **why)
 	}
 	t->deadline_ms = (uint64_t)deadline;
 	if (!strcmp(kind, "fd")) {
+		/* Readable already (a warm run on offer, mostly): no round
+		 * trip through the loop. */
+		struct pollfd pfd = {(int)what, POLLIN, 0};
+		if (poll(&pfd, 1, 0) == 1) {
+			*ready = true;
+			return true;
+		}
 		int fd = fcntl((int)what, F_DUPFD_CLOEXEC, 3);
 		if (fd < 0) {
 			*why = "dup failed";
@@ -167,6 +177,7 @@ static void resume(sbx_srv_task *t, int nargs)
 		t->running = false;
 		if (st == LUA_YIELD) {
 			const char *why = NULL;
+			bool ready = false;
 			if (!t->req) {
 				if (++t->cancelled_resumes > MAX_CANCELLED_RESUMES) {
 					sbx_srv_log(SRV_LOG_ERROR,
@@ -176,8 +187,12 @@ static void resume(sbx_srv_task *t, int nargs)
 					return;
 				}
 				why = "cancelled";
-			} else if (start_wait(t, &why)) {
-				return;
+			} else if (start_wait(t, &why, &ready)) {
+				if (!ready)
+					return;
+				lua_pushboolean(co, 1);
+				nargs = 1;
+				continue;
 			}
 			lua_settop(co, 0);
 			lua_pushnil(co);
@@ -250,8 +265,13 @@ static void on_req_dispose(void *p)
 		return;
 	t->req = NULL;
 	t->slot = NULL;
-	if (!t->running && (t->sock || t->job))
+	if (!t->running && (t->sock || t->job)) {
+		/* A run reset while it waited (its policy hook, its warm run)
+		 * never started: sbxd_streams_reset_before_start_total. */
+		if (t->is_run)
+			sbx_srv_m.resets_before_start++;
 		resume_failed(t, "cancelled");
+	}
 }
 
 /* Answers of the policy worker: each to the task waiting for it. */
@@ -324,6 +344,9 @@ void sbx_srv_task_start(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt fmt, const char 
 	t->req = req;
 	t->fmt = fmt;
 	t->t0 = t0;
+	size_t plen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
+	t->is_run = h2o_memis(req->method.base, req->method.len, H2O_STRLIT("POST")) && plen >= 5 &&
+		    memcmp(req->path.base + plen - 5, "/runs", 5) == 0;
 	if (tenant) {
 		snprintf(t->tenant, sizeof(t->tenant), "%s", tenant);
 		t->has_tenant = true;
