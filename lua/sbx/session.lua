@@ -409,7 +409,9 @@ local function file_error(kind, msg)
   return errors.from_core(kind, msg)
 end
 
-function Session:put_bytes(path, data)
+-- writer (sbxd only): function(core_session, rel_path, data, max_bytes)
+-- -> true | nil, kind, msg, doing the core's put elsewhere (off its loop).
+function Session:put_bytes(path, data, writer)
   local st = live(self)
   local rel = rel_path(st, path)
   if type(data) ~= "string" then
@@ -419,7 +421,12 @@ function Session:put_bytes(path, data)
     errors.raise(errors.InvalidArgument("data",
       ("%d bytes is over the session's max_file_bytes (%d)"):format(#data, st.max_file_bytes)))
   end
-  local ok, kind, msg = st.core:put(rel, data, st.max_file_bytes)
+  local ok, kind, msg
+  if writer then
+    ok, kind, msg = writer(st.core, rel, data, st.max_file_bytes)
+  else
+    ok, kind, msg = st.core:put(rel, data, st.max_file_bytes)
+  end
   if not ok then errors.raise(file_error(kind, msg)) end
 end
 

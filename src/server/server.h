@@ -184,6 +184,9 @@ int sbx_srv_file_append(int fd, uint64_t offset, const char *data, size_t len, u
  * nil, "Conflict", msg, size | nil, kind, msg.  Passed to sbx.server's init
  * as cfg.file_append. */
 int sbx_srv_l_file_append(lua_State *L);
+/* fileio.c: push the file_io table (put, append: the writes of uploads on
+ * threads of their own, waited for on the loop); see fileio.c. */
+void sbx_srv_file_io_push(lua_State *L);
 
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
 /* Re-attach req to the detached run run_id of session sid (or answer

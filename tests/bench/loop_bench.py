@@ -6,7 +6,8 @@ counted from when it was due), while
   1. nothing else happens (baseline);
   2. 16 sessions open at once (16 connections, one POST /v1/sessions each;
      three rounds);
-  3. a policy hook runs to its deadline (on_session_open spinning, for a
+  3. ten 8 MiB file uploads (PUT) go one after the other;
+  4. a policy hook runs to its deadline (on_session_open spinning, for a
      session named "slow-hook", until limits.hook_ms = 2000 stops it; 3 such
      opens one after the other).
 Each sbxd given (--sbxd, repeatable: e.g. main's build and this one) is
@@ -68,15 +69,32 @@ class H2:
         if body:
             headers.append(("content-type", "application/json"))
         self.conn.send_headers(sid, headers, end_stream=not body)
-        if body:
-            self.conn.send_data(sid, body, end_stream=True)
         self.sock.sendall(self.conn.data_to_send())
-        status, data = None, b""
-        while True:
+        status, data, events = None, b"", []
+        sent = 0
+        while sent < len(body):
+            # Within the peer's flow-control window; wait for it to open.
+            n = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size,
+                    len(body) - sent)
+            if n > 0:
+                self.conn.send_data(sid, body[sent:sent + n], end_stream=sent + n == len(body))
+                sent += n
+                self.sock.sendall(self.conn.data_to_send())
+                continue
             chunk = self.sock.recv(65536)
             if not chunk:
                 raise RuntimeError("connection closed")
-            for ev in self.conn.receive_data(chunk):
+            events += self.conn.receive_data(chunk)
+            self.sock.sendall(self.conn.data_to_send())
+        while True:
+            if events:
+                pending, events = events, []
+            else:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    raise RuntimeError("connection closed")
+                pending = self.conn.receive_data(chunk)
+            for ev in pending:
                 if isinstance(ev, h2.events.ResponseReceived) and ev.stream_id == sid:
                     status = int(dict(ev.headers)[b":status"])
                 elif isinstance(ev, h2.events.DataReceived) and ev.stream_id == sid:
@@ -194,6 +212,20 @@ def bench(path, rows):
                 print("warning: %d of 16 sessions opened" % len(opened.get("ids", [])),
                       file=sys.stderr)
             close_sessions(host, port, opened.get("ids", []), "fast")
+
+        sid = open_sessions(host, port, 1, "fast")[0]
+        body = os.urandom(8 << 20)
+
+        def puts():
+            c = H2(host, port)
+            for i in range(10):
+                status, _ = c.request("PUT", "/v1/sessions/%s/files/f%d" % (sid, i),
+                                      TOKENS["fast"], body)
+                if status != 200:
+                    print("warning: a PUT answered %s" % status, file=sys.stderr)
+            c.close()
+        rows.append((path, "8 MiB PUTs back to back x10") + measure(host, port, puts))
+        close_sessions(host, port, [sid], "fast")
 
         def stuck_hooks():
             for _ in range(3):

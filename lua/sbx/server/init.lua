@@ -423,6 +423,24 @@ local function open_error(e, conflict)
   return from_error(e)
 end
 
+-- The writes of uploads run on threads of their own (src/server/fileio.c);
+-- the handler waits for each on the loop.  A write outlasting this is
+-- reported as failed (it still ends on its thread).
+local FILE_IO_TIMEOUT_MS = 120000
+
+local function finish_job(job, what)
+  local ok, why = wait_fd(job:fd(), now_ms() + FILE_IO_TIMEOUT_MS)
+  if not ok then return nil, "SandboxExecutionError", ("the %s did not finish (%s)"):format(what, tostring(why)) end
+  return job:result()
+end
+
+-- Session:put_bytes's writer in sbxd.
+local function put_off_loop(cs, rel, data, max_bytes)
+  local job, kind, msg = cfg.file_io.put(cs, rel, data, max_bytes)
+  if not job then return nil, kind, msg end
+  return finish_job(job, "write")
+end
+
 -- PUT with offset N > 0: append the body to the file whose size is N
 -- (src/server/fileput.c); any other size is 409 with the current size.
 local function append(rec, path, offset, data)
@@ -434,7 +452,13 @@ local function append(rec, path, offset, data)
   if offset + #data > st.max_file_bytes then return over_max_file(st, offset + #data) end
   local ok, fd = pcall(rec.s._open_file, rec.s, path)
   if not ok then return open_error(fd, conflict) end
-  local done, kind, msg, size = cfg.file_append(fd, offset, data)
+  local job, jkind, jmsg = cfg.file_io.append(fd, offset, data)
+  local done, kind, msg, size
+  if job then
+    done, kind, msg, size = finish_job(job, "append")
+  else
+    kind, msg = jkind, jmsg
+  end
   if done then return reply(200, { path = path, size = kind, offset = offset }) end
   if kind == "Conflict" then return conflict(size, msg) end
   return from_error(kind == "InvalidArgument" and errors.InvalidArgument("path", msg)
@@ -449,7 +473,7 @@ local function file_op(req, rec, path)
     local data = req.raw or ""
     if offset > 0 then return append(rec, path, offset, data) end
     if #data > rec.s._st.max_file_bytes then return over_max_file(rec.s._st, #data) end
-    local ok, e = pcall(rec.s.put_bytes, rec.s, path, data)
+    local ok, e = pcall(rec.s.put_bytes, rec.s, path, data, put_off_loop)
     if not ok then return from_error(e) end
     return reply(200, { path = path, size = #data, offset = 0 })
   end
@@ -577,6 +601,7 @@ function M.init(c)
   cfg.admin_tenant = c.admin_tenant
   cfg.max_body = c.max_body
   cfg.file_append = c.file_append
+  cfg.file_io = c.file_io
   cfg.hooks = c.hooks
   -- The server must outlive any sandbox the OOM killer considers; without
   -- CAP_SYS_RESOURCE this fails, and the runs' own high scores still make
