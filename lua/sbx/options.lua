@@ -36,7 +36,7 @@ M.SESSION_KEYS = {
   "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
-  -- readable without blocking the loop; caller = { origin, tenant } is what the
+  -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
   -- policy's hooks see as ctx.origin / ctx.tenant (default origin "local").
   "wait", "caller",
 }

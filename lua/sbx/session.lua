@@ -123,9 +123,14 @@ end
 -- become ready by the deadline, or whose wait fails (the client went
 -- away), is closed here.
 local function open_waiting(c, copts, wait)
+  local deadline = c.monotonic_ms() + c.SESSION_READY_TIMEOUT_MS
+  -- The start itself (work dir, cgroup, clone) takes the host's thread a
+  -- few ms: let its loop have a turn first, so opens arriving together
+  -- are spread over turns.
+  local ok, why = wait(nil, deadline)
+  if not ok then return nil, "SandboxExecutionError", "the session open was abandoned: " .. tostring(why) end
   local cs, kind, msg = c.session_start(copts)
   if not cs then return nil, kind, msg end
-  local deadline = c.monotonic_ms() + c.SESSION_READY_TIMEOUT_MS
   while true do
     local fd = cs:ready_fd()
     local ok, why = true, nil

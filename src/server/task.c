@@ -8,6 +8,10 @@
  *                            saying ready, a warm run on offer);
  *   "job", id, deadline_ms   until the policy worker answers message id
  *                            (hooks.c);
+ *   "turn", 0, deadline_ms   until the loop has run once more: before a
+ *                            costly step (a session's start), so that 16
+ *                            opens arriving together take one loop turn
+ *                            each and other requests are served between;
  *
  * (deadline_ms on sbx_srv_now_ms's clock), and is resumed with true (fd
  * ready) or the worker's answer (a table), or nil and "timeout" past the
@@ -20,6 +24,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,6 +55,8 @@ struct sbx_srv_task {
 	bool timer_linked;
 	h2o_timeout_entry_t timer;
 	sbx_srv_task *next_job;
+	sbx_srv_task *next_turn;
+	bool in_turn;
 	bool running;
 	bool is_run; /* POST .../runs */
 	int cancelled_resumes;
@@ -57,6 +64,33 @@ struct sbx_srv_task {
 
 static sbx_srv_task *job_waiters;
 static h2o_socket_t *hooks_sock;
+/* Tasks waiting for a turn, in order; turn_efd is readable while any do. */
+static sbx_srv_task *turn_head, *turn_tail;
+static int turn_efd = -1;
+static h2o_socket_t *turn_sock;
+
+static void turn_kick(void)
+{
+	uint64_t one = 1;
+	(void)!write(turn_efd, &one, sizeof(one));
+}
+
+static void turn_unlink(sbx_srv_task *t)
+{
+	sbx_srv_task *prev = NULL;
+	for (sbx_srv_task *q = turn_head; q; prev = q, q = q->next_turn)
+		if (q == t) {
+			if (prev)
+				prev->next_turn = t->next_turn;
+			else
+				turn_head = t->next_turn;
+			if (turn_tail == t)
+				turn_tail = prev;
+			break;
+		}
+	t->next_turn = NULL;
+	t->in_turn = false;
+}
 
 static void unlink_job(sbx_srv_task *t)
 {
@@ -79,6 +113,8 @@ static void stop_wait(sbx_srv_task *t)
 	}
 	if (t->job)
 		unlink_job(t);
+	if (t->in_turn)
+		turn_unlink(t);
 	if (t->timer_linked) {
 		h2o_timeout_unlink(&t->timer);
 		t->timer_linked = false;
@@ -151,6 +187,14 @@ static bool start_wait(sbx_srv_task *t, const char **why, bool *ready)
 		t->sock = h2o_evloop_socket_create(t->S->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
 		t->sock->data = t;
 		h2o_socket_read_start(t->sock, on_fd_ready);
+	} else if (!strcmp(kind, "turn")) {
+		t->in_turn = true;
+		if (turn_tail)
+			turn_tail->next_turn = t;
+		else
+			turn_head = t;
+		turn_tail = t;
+		turn_kick();
 	} else if (!strcmp(kind, "job") && what >= 1) {
 		t->job = (uint64_t)what;
 		t->next_job = job_waiters;
@@ -265,7 +309,7 @@ static void on_req_dispose(void *p)
 		return;
 	t->req = NULL;
 	t->slot = NULL;
-	if (!t->running && (t->sock || t->job)) {
+	if (!t->running && (t->sock || t->job || t->in_turn)) {
 		/* A run reset while it waited (its policy hook, its warm run)
 		 * never started: sbxd_streams_reset_before_start_total. */
 		if (t->is_run)
@@ -309,6 +353,25 @@ static void on_hooks(h2o_socket_t *sock, const char *err)
 	}
 }
 
+/* One waiting task's turn per loop turn: whatever else was ready in this
+ * turn has been served before we come back here. */
+static void on_turn(h2o_socket_t *sock, const char *err)
+{
+	uint64_t n;
+	(void)sock;
+	(void)err;
+	(void)!read(turn_efd, &n, sizeof(n));
+	sbx_srv_task *t = turn_head;
+	if (!t)
+		return;
+	stop_wait(t);
+	if (turn_head)
+		turn_kick();
+	lua_settop(t->co, 0);
+	lua_pushboolean(t->co, 1);
+	resume(t, 1);
+}
+
 int sbx_srv_task_init(sbx_srv *S)
 {
 	int fd = fcntl(sbx_srv_hooks_fd(S->hooks), F_DUPFD_CLOEXEC, 3);
@@ -316,6 +379,12 @@ int sbx_srv_task_init(sbx_srv *S)
 		return -1;
 	hooks_sock = h2o_evloop_socket_create(S->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
 	h2o_socket_read_start(hooks_sock, on_hooks);
+	turn_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	int dup = turn_efd < 0 ? -1 : fcntl(turn_efd, F_DUPFD_CLOEXEC, 3);
+	if (dup < 0)
+		return -1;
+	turn_sock = h2o_evloop_socket_create(S->ctx.loop, dup, H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(turn_sock, on_turn);
 	return 0;
 }
 
@@ -327,6 +396,14 @@ void sbx_srv_task_fini(sbx_srv *S)
 		h2o_socket_close(hooks_sock);
 		hooks_sock = NULL;
 	}
+	if (turn_sock) {
+		h2o_socket_read_stop(turn_sock);
+		h2o_socket_close(turn_sock);
+		turn_sock = NULL;
+	}
+	if (turn_efd >= 0)
+		close(turn_efd);
+	turn_efd = -1;
 }
 
 void sbx_srv_task_start(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt fmt, const char *tenant,

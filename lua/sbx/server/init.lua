@@ -84,9 +84,11 @@ local function in_request()
 end
 
 -- wait_fd(fd, deadline_ms) -> true | nil, "timeout" | "cancelled": until
--- fd is readable, the loop serving everyone else meanwhile.
+-- fd is readable, the loop serving everyone else meanwhile; with fd nil,
+-- until the loop has had a turn (before a costly step: task.c).
 local function wait_fd(fd, deadline_ms)
   if not in_request() then return nil, "not inside a request" end
+  if fd == nil then return coroutine.yield("turn", 0, deadline_ms) end
   return coroutine.yield("fd", fd, deadline_ms)
 end
 
