@@ -260,7 +260,9 @@ function start_proxy(c, st, host)
   local decide = function(q) return engine:proxy_verdict(q, ctx, gen) end
   if host then
     -- A host with an event loop of its own (sbxd) serves it there.
-    host:add(fd, st.id, decide)
+    -- (and, where the policy has on_connect, asks its policy worker with
+    -- the same engine, generation and context)
+    host:add(fd, st.id, decide, { engine = engine, gen = gen, ctx = ctx })
     st.proxy = { close = function() host:remove(st.id) end }
     return
   end

@@ -126,6 +126,7 @@ static int lua_start(sbx_srv *S)
 	S->reload_ref = field_ref(L, -1, "reload_policy");
 	S->proxy_fd_ref = field_ref(L, -1, "proxy_fd");
 	S->proxy_step_ref = field_ref(L, -1, "proxy_step");
+	S->hook_answer_ref = field_ref(L, -1, "hook_answer");
 	lua_pop(L, 1);
 	if (S->handle_ref == LUA_NOREF || S->tick_ref == LUA_NOREF || S->stats_ref == LUA_NOREF ||
 	    S->shutdown_ref == LUA_NOREF || S->reload_ref == LUA_NOREF ||

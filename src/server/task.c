@@ -318,6 +318,24 @@ static void on_req_dispose(void *p)
 	}
 }
 
+static void answer_lua(sbx_srv *S, uint64_t id, const char *data, size_t len)
+{
+	lua_State *L = S->L;
+	char why[256];
+	int top = lua_gettop(L);
+
+	if (S->hook_answer_ref == LUA_NOREF)
+		return;
+	lua_rawgeti(L, LUA_REGISTRYINDEX, S->hook_answer_ref);
+	lua_pushnumber(L, (lua_Number)id);
+	if (sbx_srv_decode(L, SRV_FMT_MSGPACK, data, len, why, sizeof(why)) != 0)
+		lua_pushstring(L, why);
+	if (lua_pcall(L, 2, 0, 0) != 0)
+		sbx_srv_log(SRV_LOG_ERROR, "event=lua_error where=hook_answer err=\"%s\"",
+			    lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+	lua_settop(L, top);
+}
+
 /* Answers of the policy worker: each to the task waiting for it. */
 static void on_hooks(h2o_socket_t *sock, const char *err)
 {
@@ -349,7 +367,10 @@ static void on_hooks(h2o_socket_t *sock, const char *err)
 			continue;
 		}
 		sbx_srv_log(SRV_LOG_DEBUG, "event=hook_answer_late job=%lu", (unsigned long)id);
-		free(data); /* its task timed out or went away */
+		/* No task waits: a proxy verdict (sbx.server's hook_answer), or
+		 * a task that timed out or went away (it ignores those). */
+		answer_lua(S, id, data, len);
+		free(data);
 	}
 }
 

@@ -239,3 +239,74 @@ return {
     assert.is_truthy(tostring(err.message):find("origin local", 1, true), tostring(err.message))
   end)
 end)
+
+-- The allowlist proxy's verdicts come from the policy worker when the
+-- policy has on_connect: a stuck on_connect holds only its own connection.
+describe_srv("sbxd's allowlist proxy with an on_connect hook", function()
+  local srv, policy_path, sid
+  setup(function()
+    local f = assert(io.open(T.ROOT .. "/policies/default.lua"))
+    local default = f:read("*a")
+    f:close()
+    local policy = default:gsub('\n  name = "default",\n', [[
+
+  name = "loop-proxy",
+  limits = { hook_ms = 1500, hook_instructions = 50000000 },
+]], 1):gsub("\n  on_connect = function%(host, port, addrs, ctx%)\n    return true\n  end,", [[
+
+  on_connect = function(host, port, addrs, ctx)
+    if host == "denied.test" then return false, "on_connect says no to " .. tostring(ctx.tenant) end
+    if host == "slow.test" then
+      log("on_connect stuck starts")
+      local s = ("x"):rep(200000)
+      while true do s:find("y", 1, true) end
+    end
+    return true
+  end,]], 1)
+    assert(policy:find("on_connect stuck starts", 1, true) and policy:find("loop-proxy", 1, true),
+      "policies/default.lua changed shape")
+    policy_path = os.tmpname()
+    write(policy_path, policy)
+    srv = assert(H.start { args = { "--policy", policy_path } })
+    local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d",
+      '{"network_mode":"allowlist","network_allowlist":["allowed.test","denied.test","slow.test"]}')
+    assert.equal(201, status, body)
+    sid = H.json_field(body, "id")
+  end)
+  teardown(function()
+    if srv then srv:cleanup() end
+    os.remove(policy_path)
+  end)
+
+  local function fetch_cmd(host)
+    return ('{"cmd":"curl -s -m 20 -x http://127.0.0.1:3128 -w \\" status=%%{http_code}\\" http://%s/"}'):format(host)
+  end
+
+  it("refuses with the hook's reason, and lets through what it allows", function()
+    local body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", fetch_cmd("denied.test"))
+    assert.equal(200, status, body)
+    assert.is_truthy(body:find("on_connect says no to alice", 1, true), body)
+    assert.is_truthy(body:find("status=403", 1, true), body)
+    -- Control: an allowed name gets past the policy (then fails to resolve:
+    -- there is no such name), so the refusal above was the hook's.
+    body = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", fetch_cmd("allowed.test"))
+    assert.is_truthy(body:find("cannot resolve allowed.test", 1, true), body)
+  end)
+
+  it("answers /healthz while on_connect runs to its deadline, then refuses", function()
+    local slow = background(srv, "/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", fetch_cmd("slow.test"))
+    finally(slow.cleanup)
+    assert.is_true(eventually(function() return srv:log():find("on_connect stuck starts", 1, true) ~= nil end),
+      srv:log())
+    local hbody, hstatus = srv:curl("/healthz")
+    assert.equal(200, hstatus, hbody)
+    assert.is_false(slow.done(), "the stuck connection's run ended before /healthz")
+    assert.is_true(slow.wait(30))
+    local body = slow.result()
+    assert.is_truthy(body:find("status=403", 1, true), body)
+    assert.is_truthy(body:find("deadline", 1, true), body)
+  end)
+end)

@@ -14,6 +14,9 @@
 --       v = the hook's first result, r = its second, exceeded = true when
 --       stopped by the budget or deadline } | { ok = false, err = why }
 --       (a generation that did not load: its hooks deny)
+--   { op = "verdict", generation = N, q = Q, ctx = C }
+--       the allowlist proxy's verdict on Q (Engine:proxy_verdict, on_connect
+--       included) -> { verdict = { allow, reason, literal, resolve } }
 --
 -- Generations stay loaded as long as the worker runs: sessions keep the
 -- generation they were opened under, and each keeps its own state.
@@ -57,9 +60,20 @@ local function call(msg)
   return { ok = res[1] == true, n = res.n, v = v, r = res[3], exceeded = res.exceeded or nil }
 end
 
+local function verdict(msg)
+  local gen = gens[tonumber(msg.generation) or -1]
+  if not gen or gen.failed then
+    return { verdict = { allow = false, reason = "the policy did not load in the worker" } }
+  end
+  if type(msg.q) ~= "table" then return { verdict = { allow = false, reason = "a malformed question" } } end
+  local engine = setmetatable({ current = gen, generation = gen.generation }, policy.Engine)
+  return { verdict = engine:proxy_verdict(msg.q, type(msg.ctx) == "table" and msg.ctx or {}, gen) }
+end
+
 function M.handle(msg)
   if type(msg) ~= "table" then return { ok = false, err = "a malformed message" } end
   if msg.op == "load" then return load(msg) end
+  if msg.op == "verdict" then return verdict(msg) end
   if msg.op == "call" then return call(msg) end
   return { ok = false, err = "unknown op " .. tostring(msg.op) }
 end

@@ -100,13 +100,21 @@ local worker_loaded = {} -- generation -> true once its load is posted
 -- The policy engine's hook_runner (sbx.policy): the hook runs on the
 -- worker; the result comes back in run_hook's shape.  Whatever goes wrong
 -- with the worker is an error of the hook: it denies.
-local function hook_runner(gen, hook, ...)
-  local hooks = cfg.hooks
+-- The worker compiles each generation from the text the loop compiled,
+-- once, before anything asks it about that generation (messages are
+-- handled in order).
+local function ensure_loaded(gen)
   local n = gen.generation
   if not worker_loaded[n] then
-    hooks.post({ op = "load", generation = n, path = gen.file, source = gen.source }, true)
+    cfg.hooks.post({ op = "load", generation = n, path = gen.file, source = gen.source }, true)
     worker_loaded[n] = true
   end
+  return n
+end
+
+local function hook_runner(gen, hook, ...)
+  local hooks = cfg.hooks
+  local n = ensure_loaded(gen)
   local msg = { op = "call", generation = n, hook = hook, args = { ... }, nargs = select("#", ...) }
   if hook == "on_close" then
     hooks.post(msg, true)
@@ -563,13 +571,17 @@ end
 -- watches M.proxy_fd() and calls M.proxy_step() when it is readable).
 -- Each session's listener is tagged with its id; the session's own
 -- decide function (sbx.session: engine:proxy_verdict with its context)
--- answers for it.
+-- answers for it, on the loop, except where the policy has an on_connect
+-- hook: then the whole verdict on the name is asked of the policy worker
+-- (engine:proxy_verdict there, with the same generation and context), the
+-- connection waits (pending), and M.hook_answer gives the verdict back.
 local proxy_routes = {}
+local pending_verdicts = {} -- worker message id -> proxy ticket
 proxy_host = {
-  add = function(_, fd, id, decide)
+  add = function(_, fd, id, decide, info)
     local ok, kind, msg = cfg.proxy:add(fd, id)
     if not ok then errors.raise(errors.from_core(kind, msg)) end
-    proxy_routes[id] = decide
+    proxy_routes[id] = { decide = decide, info = info }
   end,
   remove = function(_, id)
     cfg.proxy:remove(id)
@@ -578,9 +590,29 @@ proxy_host = {
 }
 
 local function proxy_decide(q)
-  local decide = proxy_routes[q.tag]
-  if not decide then return { allow = false, reason = "the session is gone" } end
-  return decide(q)
+  local route = proxy_routes[q.tag]
+  if not route then return { allow = false, reason = "the session is gone" } end
+  local info = route.info
+  if q.phase == "name" and cfg.hooks and info then
+    local gen = info.engine:for_session(info.gen)
+    if gen.hooks.on_connect then
+      local id = cfg.hooks.post({ op = "verdict", generation = ensure_loaded(gen), q = q, ctx = info.ctx })
+      pending_verdicts[id] = q.ticket
+      return { pending = true }
+    end
+  end
+  return route.decide(q)
+end
+
+-- An answer of the policy worker no request waits for (task.c): a proxy
+-- verdict.  Anything but a well-formed allowing verdict refuses.
+function M.hook_answer(id, rep)
+  local ticket = pending_verdicts[id]
+  if not ticket then return end
+  pending_verdicts[id] = nil
+  local v = type(rep) == "table" and type(rep.verdict) == "table" and rep.verdict
+    or { allow = false, reason = "policy check failed: " .. tostring(type(rep) == "table" and rep.err or rep) }
+  cfg.proxy:decided(ticket, v)
 end
 
 function M.proxy_fd() return cfg.proxy:fd() end
