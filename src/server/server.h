@@ -1,7 +1,8 @@
 /*
  * server.h: what the files of sbxd (the HTTP/2 remote API server) share.
  *
- * sbxd is one h2o evloop in one thread.  The C side (this directory) owns
+ * sbxd is one h2o evloop in one thread, which never waits (the policy
+ * worker and upload writes have threads of their own).  The C side (this directory) owns
  * the sockets, TLS, bearer-token auth, body codecs, the streaming of runs
  * and the metrics; the Lua side (lua/sbx/server/init.lua) owns the session
  * table, tenancy, limits and every decision about options and policy, and
@@ -9,9 +10,12 @@
  * as on-device use.
  *
  * Files: main.c (options, Lua state, signals, loop), listen.c (TCP/unix
- * listeners, TLS), handler.c (requests -> Lua -> responses), codec.c
- * (JSON/msgpack <-> Lua), stream.c (runs streamed as events), auth.c
- * (token file, constant-time compare), metrics.c, log.c.
+ * listeners, TLS), handler.c (requests -> Lua -> responses), task.c (each
+ * request's Lua handler as a coroutine the loop resumes when what it waits
+ * for is there), hooks.c (the policy worker thread), fileio.c (upload
+ * writes on threads), codec.c (JSON/msgpack <-> Lua), stream.c (runs
+ * streamed as events), auth.c (token file, constant-time compare),
+ * metrics.c, log.c.
  */
 #ifndef SBX_SERVER_H
 #define SBX_SERVER_H

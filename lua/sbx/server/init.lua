@@ -6,7 +6,9 @@
 --
 --   M.init(cfg)       cfg = { policy, max_sessions, max_runs, hard_ceiling_s,
 --                     idle_timeout_s (0: no idle reaping), max_body (sbxd's
---                     --max-body), file_append (src/server/fileput.c) }
+--                     --max-body), file_append (src/server/fileput.c),
+--                     file_io (src/server/fileio.c), hooks (post, wait:
+--                     the policy worker, src/server/hooks.c) }
 --   M.handle(req)     req = { method, path, query (raw, after '?'), tenant |
 --                     ref_token, body (decoded table), raw (the body bytes),
 --                     format }
@@ -17,6 +19,8 @@
 --   M.shutdown()      close every session
 --   M.reload_policy() re-read the policy file (SIGHUP and the admin route);
 --                     -> true, generation | nil, why (the old policy stays)
+--   M.hook_answer(id, answer)  an answer of the policy worker no request
+--                     waits for (src/server/task.c): a proxy verdict
 --
 -- One policy engine serves every session: a reload applies to sessions
 -- opened after it, and to open sessions too when the new policy says
