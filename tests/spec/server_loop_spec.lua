@@ -202,6 +202,33 @@ describe_srv("sbxd while a session's sandbox sets up", function()
   end)
 end)
 
+describe_srv("sbxd's per-tenant session limit while opens wait", function()
+  local srv, dir, fifo
+  setup(function()
+    dir = H.sh("mktemp -d /tmp/sbx-loop-spec.XXXXXX"):gsub("%s+$", "")
+    fifo = dir .. "/hold"
+    assert(os.execute(("chmod 0755 %s && mkfifo -m 0666 %s"):format(H.q(dir), H.q(fifo))))
+    srv = assert(H.start { args = { "--max-sessions", "1" }, env = { SBX_TEST_HOLD_OPEN_FIFO = fifo } })
+  end)
+  teardown(function()
+    if srv then srv:cleanup() end
+    os.execute("rm -rf " .. H.q(dir))
+  end)
+
+  it("counts an open that is still setting up", function()
+    local first = background(srv, "/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d", "{}")
+    finally(first.cleanup)
+    assert.is_true(eventually(function() return #held_children(srv.pid) == 1 end),
+      "the first open never reached the hold")
+    local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d", "{}")
+    assert.equal(429, status, body)
+    assert(os.execute("echo > " .. H.q(fifo)))
+    assert.is_true(first.wait(30))
+    local fbody, fstatus = first.result()
+    assert.equal(201, fstatus, fbody)
+  end)
+end)
+
 describe_srv("policy hooks and ctx.origin over sbxd", function()
   local srv, policy_path
   local POLICY = [[

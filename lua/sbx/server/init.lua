@@ -281,15 +281,20 @@ local function create_session(req)
   opts.proxy_host = proxy_host
   opts.wait = wait_fd
   opts.caller = { origin = "sbxd", tenant = req.tenant }
+  -- The slot is taken before the open waits: opens of one tenant that
+  -- wait together must not all pass the check above.
+  t.sessions = t.sessions + 1
   local ok, s = pcall(session.open, opts)
-  if not ok then return from_error(s) end
+  if not ok then
+    t.sessions = t.sessions - 1
+    return from_error(s)
+  end
   local rec = {
     s = s, tenant = req.tenant, ref_token = ("sbxr_%s_%s"):format(s.id, random_hex(16)),
     created_ms = now_ms(), last_ms = now_ms(), runs = 0, timeout_s = s._st.timeout_s,
   }
   rec.hard_deadline_ms = rec.created_ms + cfg.hard_ceiling_s * 1000
   sessions[s.id] = rec
-  t.sessions = t.sessions + 1
   return reply(201, describe(rec, true, req), { log = "session=" .. s.id })
 end
 
