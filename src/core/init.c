@@ -795,14 +795,40 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	return !host_signalled;
 }
 
+/*
+ * A reused init's limits back to what it was born with (the session's),
+ * before it serves again: where init and the workload share a uid (an
+ * unprivileged host side maps only one id) a run may have changed them
+ * with prlimit(2), and the next workload would inherit that (a lowered
+ * RLIMIT_FSIZE kills it with SIGXFSZ, a lowered RLIMIT_NOFILE hard limit
+ * makes its own setrlimit fail).  -1 when a limit cannot be restored (a
+ * hard limit was lowered): this init must not serve again.
+ */
+static int restore_rlimits(const struct rlimit born[RLIM_NLIMITS])
+{
+	for (int r = 0; r < RLIM_NLIMITS; r++) {
+		struct rlimit now;
+		if (getrlimit(r, &now) != 0)
+			continue; /* a resource this kernel does not have */
+		if ((now.rlim_cur != born[r].rlim_cur || now.rlim_max != born[r].rlim_max) &&
+		    setrlimit(r, &born[r]) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 {
+	struct rlimit born[RLIM_NLIMITS];
 	sbx_scratch_mark mark;
 	sigset_t mask;
 	sbx_err err;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	prctl(PR_SET_NAME, "sbx-init");
+	for (int r = 0; r < RLIM_NLIMITS; r++)
+		if (getrlimit(r, &born[r]) != 0)
+			born[r].rlim_cur = born[r].rlim_max = RLIM_INFINITY;
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
 	sbx_close_fds_except(&hsock, 1);
@@ -845,7 +871,8 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 		struct signalfd_siginfo si;
 		while (read(sfd, &si, sizeof(si)) == sizeof(si))
 			; /* SIGCHLDs of the reaped run */
-		if (sbx_rootfs_scratch_reset(cfg, &mark, &err) < 0)
+		/* Ending here (no "r") makes the host take a fresh init. */
+		if (restore_rlimits(born) < 0 || sbx_rootfs_scratch_reset(cfg, &mark, &err) < 0)
 			_exit(1);
 		sbx_rootfs_scratch_mark(&mark);
 	}

@@ -330,8 +330,9 @@ bool sbx_session_direct(const sbx_session *s);
  * the session's inits serve one run each. */
 int sbx_session_reuse_fd(const sbx_session *s);
 
-/* uid/gid maps (userns.c). */
-int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *err);
+/* uid/gid maps (userns.c): 1000 -> host_uid/host_gid; with aux != 0 (host
+ * side root) also 0 -> aux and 65534 -> aux + 1, uids and gids alike. */
+int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, uid_t aux, sbx_err *err);
 /* Explain why user namespaces are unavailable, for BackendUnavailable. */
 void sbx_userns_explain(int clone_errno, sbx_err *err);
 

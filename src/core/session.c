@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/capability.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -57,6 +59,7 @@ struct sbx_session {
 	int lock_fd;        /* flock'd while the session lives */
 	uid_t host_uid;
 	gid_t host_gid;
+	uid_t aux_uid;      /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
 	bool pinned;
 	char id[33];
 	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
@@ -644,11 +647,15 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	 * so the zygote stays host root (it must mount for every run); each
 	 * workload becomes the session's unprivileged host uid and drops
 	 * every capability before it runs anything. */
+	/* With inside root mapped (host side root: userns.c) the zygote, and
+	 * so every sbx-init, is root inside: another user than the workload,
+	 * which then cannot signal, ptrace or prlimit it.  Otherwise there is
+	 * one id, the sandbox user's. */
+	uid_t zid = s->aux_uid ? 0 : SBX_SANDBOX_UID;
 	if (!s->privileged && ((setgroups(0, NULL) != 0 && errno != EPERM) ||
-			       setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
-			       setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)) {
-		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %d: %s",
-			    SBX_SANDBOX_UID, strerror(errno));
+			       setresgid(zid, zid, zid) != 0 || setresuid(zid, zid, zid) != 0)) {
+		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
+			    (unsigned)zid, strerror(errno));
 	} else if (sbx_caps_drop_bounding(&err) == 0 &&
 		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
 				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
@@ -784,7 +791,7 @@ static int argv_mirror(char ***v, size_t *n, size_t *cap, const char *path, bool
  * backend "bubblewrap": the bwrap arguments equivalent to the native
  * backends' filesystem and namespaces: every namespace new, the sandbox
  * user uid/gid 1000 in a user namespace, no capabilities, the policy's
- * system dirs and /etc entries read-only, a minimal /dev, fresh /tmp and
+ * system dirs and /etc entries read-only, a minimal read-only /dev, fresh /tmp and
  * /dev/shm of the same sizes, the work dir at /tmp/sandbox-work, the extra
  * binds.  Per run, init.c adds the generated /etc files, remounts / read-
  * only, and passes our seccomp filter and the command.
@@ -821,10 +828,26 @@ static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *
 	for (size_t i = 0; rc == 0 && i < o->n_binds; i++)
 		rc = argv_add(&v, &n, &cap, 3, o->binds[i].writable ? "--bind" : "--ro-bind",
 			      o->binds[i].path, o->binds[i].path);
+	/* /dev read-only like the native one, once everything below it is
+	 * made (only that mount: /dev/shm and /dev/pts stay writable).
+	 * bwrap's --proc already binds /proc's kernel-wide parts read-only,
+	 * as rootfs.c does. */
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 2, "--remount-ro", "/dev");
 	s->bwrap_argv = v;
 	if (rc < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
 	return 0;
+}
+
+static bool have_cap(cap_value_t cap)
+{
+	cap_t now = cap_get_proc();
+	cap_flag_value_t v = CAP_CLEAR;
+	if (now)
+		cap_get_flag(now, cap, CAP_EFFECTIVE, &v);
+	cap_free(now);
+	return v == CAP_SET;
 }
 
 /* The backend's requirements, checked before anything is made. */
@@ -875,6 +898,17 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
 				   "resource ceilings (memory, cpu, pids) need a cgroup sbx may "
 				   "write: run as root, or delegate one and set SBX_CGROUP_ROOT");
+	/* Above our hard limit only CAP_SYS_RESOURCE raises it (for the
+	 * zygote, or the workload itself while still root): say so now, not
+	 * at every run. */
+	struct rlimit nf;
+	if (o->nofile && getrlimit(RLIMIT_NOFILE, &nf) == 0 && o->nofile > nf.rlim_max &&
+	    !have_cap(CAP_SYS_RESOURCE))
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+				   "nofile = %llu is above this process's hard open-files limit "
+				   "%llu, and raising it needs CAP_SYS_RESOURCE (ulimit -Hn, "
+				   "LimitNOFILE=)",
+				   (unsigned long long)o->nofile, (unsigned long long)nf.rlim_max);
 	if (o->disk_bytes && geteuid() != 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
 				   "disk_mb: the size-capped work dir is a tmpfs mount, which needs "
@@ -939,6 +973,20 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	return 0;
 }
 
+/* userns as root: the host ids of inside root (sbx-init) and nobody; they
+ * must be unprivileged and not the sandbox user's, or the workload would
+ * be init's user again. */
+static int set_aux_uid(sbx_session *s, uid_t aux, sbx_err *err)
+{
+	if (aux == 0 || aux > UINT32_MAX - 2 || s->host_uid == aux || s->host_uid == aux + 1)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "aux_uid %u: must be an unprivileged host id whose next id is "
+				   "free too, and neither may be the sandbox's host uid %u",
+				   (unsigned)aux, (unsigned)s->host_uid);
+	s->aux_uid = aux;
+	return 0;
+}
+
 sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 {
 	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, open_ns = -1;
@@ -986,6 +1034,11 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	} else if (geteuid() == 0) {
 		s->host_uid = o->host_uid ? o->host_uid : SBX_DEFAULT_HOST_UID;
 		s->host_gid = (gid_t)s->host_uid;
+		if (!s->none && !s->privileged &&
+		    set_aux_uid(s, o->aux_uid ? o->aux_uid : SBX_DEFAULT_AUX_UID, err) < 0) {
+			free(s);
+			return NULL;
+		}
 	} else {
 		s->host_uid = geteuid();
 		s->host_gid = getegid();
@@ -1072,8 +1125,22 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	close(ctl[1]);
 	sync[0] = ctl[1] = -1;
 	s->ctl_fd = ctl[0];
-	if (!s->privileged && sbx_userns_write_maps(pid, s->host_uid, s->host_gid, err) < 0)
+	if (!s->privileged &&
+	    sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) < 0)
 		goto fail;
+	/* nofile above our hard limit: the workloads cannot raise theirs
+	 * (no CAP_SYS_RESOURCE of the host's), so root raises the zygote's,
+	 * which every run inherits. */
+	struct rlimit nf;
+	if (o->nofile && prlimit(pid, RLIMIT_NOFILE, NULL, &nf) == 0 && nf.rlim_max < o->nofile) {
+		nf.rlim_max = o->nofile;
+		if (prlimit(pid, RLIMIT_NOFILE, &nf, NULL) != 0) {
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "nofile = %llu: raise the sandbox's hard limit: %s",
+				    (unsigned long long)o->nofile, strerror(errno));
+			goto fail;
+		}
+	}
 	/* Into the session's cgroup before it runs anything: every run it
 	 * starts inherits the ceilings; the host stays outside. */
 	if (s->cg.version && sbx_cgroup_attach(&s->cg, pid, err) < 0)
