@@ -144,6 +144,8 @@ struct sbx_zygote_cfg {
 	bool reuse;                /* an init may serve run after run (init.c) */
 	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
 	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
+	int userns_fd;             /* bubblewrap as root: the session's user namespace
+				    * (userns.c's full map) for bwrap --userns, or -1 */
 	const char *host_work_dir; /* backend "none": where the work dir really is */
 	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
 	sbx_net warm_mode;         /* the mode of the first warm inits */

@@ -800,9 +800,18 @@ static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *
 {
 	char **v = NULL, num[32], path[PATH_MAX];
 	size_t n = 0, cap = 0;
-	int rc = argv_add(&v, &n, &cap, 12, bwrap_path(), "--unshare-all", "--die-with-parent",
-			  "--new-session", "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000",
-			  "--hostname", o->hostname ? o->hostname : "sandbox");
+	/* With a user namespace of ours (root: make_bwrap_userns) every other
+	 * namespace is new; else bwrap makes the user namespace too. */
+	int rc = s->direct.userns_fd >= 0
+			 ? argv_add(&v, &n, &cap, 5, bwrap_path(), "--unshare-ipc", "--unshare-pid",
+				    "--unshare-net", "--unshare-uts")
+			 : argv_add(&v, &n, &cap, 2, bwrap_path(), "--unshare-all");
+	if (rc == 0 && s->direct.userns_fd >= 0)
+		rc = argv_add(&v, &n, &cap, 1, "--unshare-cgroup-try");
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 10, "--die-with-parent", "--new-session", "--cap-drop",
+			      "ALL", "--uid", "1000", "--gid", "1000", "--hostname",
+			      o->hostname ? o->hostname : "sandbox");
 	for (const char *const *d = o->system_ro; rc == 0 && d && *d; d++)
 		rc = argv_mirror(&v, &n, &cap, *d, false);
 	for (const char *const *e = o->etc_files; rc == 0 && e && *e; e++) {
@@ -969,8 +978,53 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	s->direct.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
 	s->direct.fsize = o->fsize_bytes;
 	s->direct.lifetime_ms = o->lifetime_ms;
+	s->direct.userns_fd = -1;
 	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	return 0;
+}
+
+/*
+ * backend bubblewrap as root: a user namespace with the full map (userns.c)
+ * that every bwrap of the session joins (--userns), so the ids /etc/passwd
+ * lists exist as in the native backends.  It is owned by the sandbox's host
+ * uid, which bwrap runs as: a child at that uid creates it, and waits until
+ * we wrote the maps and took a handle.
+ */
+static int make_bwrap_userns(sbx_session *s, sbx_err *err)
+{
+	int sp[2];
+	char c = 0, path[64];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sp[0]);
+		if (setgroups(0, NULL) == 0 && setresgid(s->host_gid, s->host_gid, s->host_gid) == 0 &&
+		    setresuid(s->host_uid, s->host_uid, s->host_uid) == 0 &&
+		    unshare(CLONE_NEWUSER) == 0 && write(sp[1], "u", 1) == 1)
+			(void)!read(sp[1], &c, 1); /* until the host is done */
+		_exit(0);
+	}
+	close(sp[1]);
+	int rc = -1;
+	if (pid < 0)
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
+	else if (read(sp[0], &c, 1) != 1)
+		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+			    "backend bubblewrap: could not make a user namespace as uid %u",
+			    (unsigned)s->host_uid);
+	else if (sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+		s->direct.userns_fd = open(path, O_RDONLY | O_CLOEXEC);
+		rc = s->direct.userns_fd < 0 ? sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s",
+							   path, strerror(errno))
+					     : 0;
+	}
+	close(sp[0]);
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return rc;
 }
 
 /* userns as root: the host ids of inside root (sbx-init) and nobody; they
@@ -1034,7 +1088,7 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	} else if (geteuid() == 0) {
 		s->host_uid = o->host_uid ? o->host_uid : SBX_DEFAULT_HOST_UID;
 		s->host_gid = (gid_t)s->host_uid;
-		if (!s->none && !s->privileged &&
+		if (!s->privileged && (!s->none || s->bwrap) &&
 		    set_aux_uid(s, o->aux_uid ? o->aux_uid : SBX_DEFAULT_AUX_UID, err) < 0) {
 			free(s);
 			return NULL;
@@ -1076,7 +1130,8 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	if (s->none) {
 		open_direct(s, o);
 		if (s->bwrap) {
-			if (build_bwrap_argv(s, o, err) < 0)
+			if ((s->aux_uid && make_bwrap_userns(s, err) < 0) ||
+			    build_bwrap_argv(s, o, err) < 0)
 				goto fail;
 			s->prog = prog;
 			s->direct.seccomp = prog;
@@ -1232,6 +1287,8 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
+	if (s->bwrap && s->direct.userns_fd >= 0)
+		close(s->direct.userns_fd);
 	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
 		free(s->bwrap_argv[i]);
 	free(s->bwrap_argv);
