@@ -4,7 +4,7 @@
  * It starts in a fresh PID and mount namespace cloned by the zygote, still
  * holding the session's namespace capabilities.  It makes the per-run
  * mounts, forks the workload, then only waits: it reaps every zombie,
- * forwards signals that come from outside the run (the host), enforces the
+ * forwards the signals the host sends (sbx_run_kill: marked, from outside), enforces the
  * timeout (SIGTERM to everything, SIGKILL after the grace period) and, when
  * the workload exits, kills whatever it left behind and reports the status
  * to the host.  When PID 1 of a namespace exits the kernel kills the rest,
@@ -606,6 +606,17 @@ static bool reap(pid_t child, int *st)
 	return found;
 }
 
+/* A signal the host sent to this run (sbx_run_kill): marked by
+ * sbx_sys_pidfd_send_signal and, with a PID namespace, from outside it (no
+ * pid here).  Any other (a terminal's Ctrl-C, a kill of a process group, a
+ * signal meant for an idle init) is dropped: it must reach neither this run
+ * nor, replayed, the next. */
+static bool from_host(const struct sbx_zygote_cfg *cfg, const struct signalfd_siginfo *si)
+{
+	return si->ssi_code == SI_QUEUE && si->ssi_int == SBX_SIG_MARK &&
+	       (si->ssi_pid == 0 || cfg->none);
+}
+
 /* No run can start here: say why to whoever sends the request, and end. */
 static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 {
@@ -703,7 +714,7 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 		if (pfd[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
 			while (read(sfd, &si, sizeof(si)) == sizeof(si))
-				if (si.ssi_signo != SIGCHLD && (si.ssi_pid == 0 || cfg->none) &&
+				if (si.ssi_signo != SIGCHLD && from_host(cfg, &si) &&
 				    si.ssi_signo < 64)
 					pending |= 1ull << si.ssi_signo;
 			if (reap(child, &wstatus)) {
@@ -763,9 +774,7 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 		while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
 			if (si.ssi_signo == SIGCHLD)
 				exited = reap(child, &wstatus) || exited;
-			else if (si.ssi_pid == 0 || cfg->none) {
-				/* From the host: an ancestor namespace has no
-				 * pid here. */
+			else if (from_host(cfg, &si)) {
 				host_signalled = true;
 				killed_by_us = killed_by_us || si.ssi_signo == SIGKILL ||
 					       si.ssi_signo == SBX_SIG_KILL_RUN;

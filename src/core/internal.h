@@ -125,7 +125,9 @@ void sbx_gpu_release(sbx_gpu *g);
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
 #define SBX_MAX_CARRY 32
 
-/* What the zygote needs to build runs; lives in the zygote's memory. */
+/* What the zygote needs to build runs; lives in the zygote's memory.  It
+ * crosses the zygote's exec as raw bytes (zygote_exec.c): scalars and fd
+ * numbers travel as they are; a new pointer field must be packed there. */
 struct sbx_zygote_cfg {
 	int ctl_fd;
 	const char *carry[SBX_MAX_CARRY + 1]; /* inside paths to re-attach, NULL-ended */
@@ -205,6 +207,28 @@ bool sbx_rootfs_is_scratch(const char *path);
 /* The zygote's loop (zygote.c); never returns. */
 __attribute__((noreturn)) void sbx_zygote_main(const struct sbx_zygote_cfg *cfg);
 
+/* ---- the zygote's exec into sbx-zygote (zygote_exec.c, src/zygote) ---- */
+
+/* Host: the sealed memfd holding the sbx-zygote program embedded in libsbx,
+ * made once per process (CLOEXEC); -1 with err. */
+int sbx_zygote_image_fd(sbx_err *err);
+/* Zygote, before it drops its bounding set: put its permitted capabilities
+ * into the ambient set, so the exec keeps them. */
+int sbx_zygote_keep_caps(sbx_err *err);
+/* Zygote: exec image_fd with cfg (and the allowlist listener, or -1) packed
+ * into a sealed memfd; fds named in cfg keep their numbers.  Returns only
+ * on failure, -1 with err. */
+int sbx_zygote_exec(int image_fd, const struct sbx_zygote_cfg *cfg, int listener, sbx_err *err);
+/* sbx-zygote: read and check the packed cfg from the fd numbered fd_arg.
+ * -1 when it is no blob at all; a damaged one is reported to the host and
+ * ends the process. */
+int sbx_zygote_unpack(const char *fd_arg, struct sbx_zygote_cfg *cfg, int *listener);
+/* Zygote -> host: the ready message, with the listener and the open mode's
+ * namespace when it says success. */
+int sbx_zygote_send_ready(int ctl_fd, struct sbx_proto_ready *ready, int listener, int open_ns);
+/* Report err as the ready message, and end. */
+__attribute__((noreturn)) void sbx_zygote_fail(int ctl_fd, const sbx_err *err);
+
 /* sbx-init (init.c): PID 1 of a run; never returns.  It is started ahead
  * of the request: it makes the run's mounts and forks a workload that drops
  * every privilege, then both wait until the zygote passes the request on
@@ -218,7 +242,11 @@ void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t ti
 /* Close every fd >= 3 except those in keep (n entries). */
 void sbx_close_fds_except(const int *keep, size_t n);
 
-/* Raw syscalls glibc 2.36 may lack. */
+/* Raw syscalls glibc 2.36 may lack.  pidfd_send_signal sends SI_QUEUE
+ * with the value SBX_SIG_MARK: sbx-init forwards to a run only a signal so
+ * marked (and, with a PID namespace, from outside it), so a stray one (a
+ * terminal's Ctrl-C, a kill of a process group) never reaches a run. */
+#define SBX_SIG_MARK 0x73627873 /* "sbxs" */
 int sbx_sys_pidfd_send_signal(int pidfd, int sig);
 pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out);
 /* After a fork or clone failed: at a full pids ceiling (EAGAIN, which lasts

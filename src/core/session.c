@@ -5,7 +5,8 @@
  * Open: make (or check) the work dir and give it to the sandbox's host
  * uid, compile the seccomp filter once, clone the zygote into fresh user,
  * mount, PID, network, IPC, UTS and cgroup namespaces, write its id maps,
- * let it build its root, and wait for it to say ready (or why not).
+ * let it build its root and exec sbx-zygote (zygote_exec.c), and wait for
+ * it to say ready (or why not).
  * Close: SIGKILL the zygote (the kernel then kills every process of the
  * session, as the zygote is PID 1 of its PID namespace), reap it, and
  * remove the session dir unless the work dir was pinned by the caller.
@@ -190,6 +191,9 @@ static int take_direct(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
 		for (int sig = 1; sig < 65; sig++)
 			if (sig != SIGKILL && sig != SIGSTOP)
 				signal(sig, SIG_DFL);
+		/* Out of the caller's session and group: its terminal's
+		 * Ctrl-C must not reach the run's init. */
+		setsid();
 		/* Into the session's cgroup before anything runs; then say
 		 * so, or a run cgroup the host makes next would lose us. */
 		if (s->cg.version && (sbx_cgroup_attach(&s->cg, getpid(), NULL) < 0 ||
@@ -593,43 +597,26 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 	return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-/* Zygote -> host: ready (or why not), with the allowlist listener and the
- * open namespace when there are. */
-static int send_ready(int ctl_fd, struct sbx_proto_ready *ready, int listener, int open_ns)
-{
-	int fds[2];
-	size_t n = 0;
-
-	if (ready->kind == SBX_E_NONE && listener >= 0) {
-		fds[n++] = listener;
-		ready->fds |= SBX_READY_LISTENER;
-	}
-	if (ready->kind == SBX_E_NONE && open_ns >= 0) {
-		fds[n++] = open_ns;
-		ready->fds |= SBX_READY_OPEN_NS;
-	}
-	return sbx_proto_send_fds(ctl_fd, ready, sizeof(*ready), fds, n);
-}
-
 /* Child side: become the sandbox user, build the root, report, serve. */
 static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, const sbx_session *s,
-						   int sync_fd, int ctl_fd,
+						   int sync_fd, int ctl_fd, int image_fd,
 						   const struct sock_fprog *prog)
 {
-	struct sbx_proto_ready ready;
 	struct sbx_zygote_cfg cfg;
 	sbx_err err;
 	char c;
 	int netns[SBX_NET_NMODES] = {-1, -1, -1}, listener = -1;
 
-	memset(&ready, 0, sizeof(ready));
-	ready.magic = SBX_PROTO_MAGIC;
 	memset(&err, 0, sizeof(err));
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* A session and process group of our own, without a terminal: a
+	 * terminal's Ctrl-C, or any signal to the caller's group, reaches
+	 * neither us nor the inits we fork. */
+	setsid();
 	/* Nothing of the host process may reach the sandbox: not its other
 	 * sessions' sockets, not its terminal. */
-	int keep[2] = {sync_fd, ctl_fd};
-	sbx_close_fds_except(keep, 2);
+	int keep[3] = {sync_fd, ctl_fd, image_fd};
+	sbx_close_fds_except(keep, 3);
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int i = 0; devnull >= 0 && i < 3; i++)
 		dup2(devnull, i);
@@ -639,6 +626,14 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	if (read(sync_fd, &c, 1) != 1)
 		_exit(1);
 	close(sync_fd);
+	/* The host has moved us into the session's cgroup: root a cgroup
+	 * namespace there, so the runs see "/" and never the session's path
+	 * (the one made at clone is rooted at the host's cgroup). */
+	if (unshare(CLONE_NEWCGROUP) != 0) {
+		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup namespace: %s",
+			    strerror(errno));
+		sbx_zygote_fail(ctl_fd, &err);
+	}
 	/* Our own oom_score_adj, opened while the host's /proc is still
 	 * here and we are still its uid: see warm_offer. */
 	int oom_fd = s->cg.oom_path[0] ? open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC) : -1;
@@ -656,7 +651,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 			       setresgid(zid, zid, zid) != 0 || setresuid(zid, zid, zid) != 0)) {
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
 			    (unsigned)zid, strerror(errno));
-	} else if (sbx_caps_drop_bounding(&err) == 0 &&
+	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&
 		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
 				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
 				    s->privileged ? s->host_gid : SBX_SANDBOX_GID, &err) == 0 &&
@@ -664,14 +659,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 				     o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT, &err) == 0) {
 		err.kind = SBX_E_NONE;
 	}
-	ready.err_no = err.sys_errno;
-	ready.kind = err.kind;
-	snprintf(ready.msg, sizeof(ready.msg), "%s", err.msg);
-	if (send_ready(ctl_fd, &ready, listener, netns[SBX_NET_OPEN]) < 0 || err.kind != SBX_E_NONE)
-		_exit(1);
-	/* The host serves the listener; ours would only keep it open. */
-	if (listener >= 0)
-		close(listener);
+	if (err.kind != SBX_E_NONE)
+		sbx_zygote_fail(ctl_fd, &err);
 	memset(&cfg, 0, sizeof(cfg));
 	memcpy(cfg.netns_fd, netns, sizeof(netns));
 	cfg.warm_mode = o->network_mode;
@@ -703,7 +692,9 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
 	cfg.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
 	cfg.fsize = o->fsize_bytes;
-	sbx_zygote_main(&cfg);
+	/* Become sbx-zygote (zygote_exec.c), which says ready and serves. */
+	sbx_zygote_exec(image_fd, &cfg, listener, &err);
+	sbx_zygote_fail(ctl_fd, &err);
 }
 
 /* The ready message; *open_ns receives the open namespace's fd (or -1). */
@@ -1143,6 +1134,9 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 		}
 		return s;
 	}
+	int image_fd = sbx_zygote_image_fd(err);
+	if (image_fd < 0)
+		goto fail;
 	if (pipe2(sync, O_CLOEXEC) != 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
@@ -1173,7 +1167,7 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	if (pid == 0) {
 		close(sync[1]);
 		close(ctl[0]);
-		zygote_child(o, s, sync[0], ctl[1], prog);
+		zygote_child(o, s, sync[0], ctl[1], image_fd, prog);
 	}
 	s->zygote = pid;
 	close(sync[0]);

@@ -114,6 +114,23 @@ describe("the sbxlua REPL under tmux", function()
     t:wait_for('backend = "userns"')
   end)
 
+  it("a Ctrl-C at an idle prompt ends none of the next runs", function()
+    -- The terminal sends SIGINT to sbxlua's process group: the session's
+    -- zygote and idle inits must not be in it, nor replay it later.
+    local t = term(history)
+    finally(function() t:kill() end)
+    t:keys("!true", "<Enter>")
+    t:wait_for("sbx> !true\nsbx>")
+    t:keys("<C-c>")
+    sh("sleep 0.3")
+    for i = 1, 5 do
+      t:keys("!echo run-" .. i .. "-done", "<Enter>")
+      t:wait_for("run-" .. i .. "-done\nsbx>")
+    end
+    local screen = t:screen()
+    assert.is_nil(screen:find("[exit", 1, true), screen)
+  end)
+
   it("keeps history across restarts", function()
     local t, t2 = term(history), nil
     -- One finally per test (busted keeps only the last).
