@@ -36,6 +36,8 @@ return {
     pids = 512,
     disk_mb = 8192,
     gpus = 0,
+    shm_mb = 1024,
+    nofile = 65536,
   },
 
   network = {

@@ -47,6 +47,8 @@ return {
     pids = 1024,
     disk_mb = 10240,
     gpus = 0,                          -- no GPU (gpu.lua grants one)
+    shm_mb = 1024,                     -- /dev/shm size (pages count against memory_mb)
+    nofile = 65536,                    -- RLIMIT_NOFILE a session may ask for
     clamp = false,                     -- above a ceiling: PolicyDenied, never clamped
   },
 

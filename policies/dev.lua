@@ -26,6 +26,8 @@ return {
     pids = 4096,
     disk_mb = 51200,
     gpus = 1,
+    shm_mb = 4096,
+    nofile = 65536,
   },
 
   network = {

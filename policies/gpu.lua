@@ -25,6 +25,8 @@ return {
     pids = 2048,
     disk_mb = 51200,
     gpus = 1,
+    shm_mb = 8192,
+    nofile = 65536,
   },
 
   network = {

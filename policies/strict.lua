@@ -30,6 +30,8 @@ return {
     pids = 128,
     disk_mb = 1024,
     gpus = 0,
+    shm_mb = 256,
+    nofile = 4096,
   },
 
   filesystem = {

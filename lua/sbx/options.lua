@@ -33,6 +33,7 @@ M.NETWORK_MODES = { blocked = 1, allowlist = 2, open = 3 } -- value: how wide
 M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
+  "shm_mb", "nofile",
   "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
@@ -350,6 +351,13 @@ function M.session(opts, pol, ctx)
     if opts[k] ~= nil then o[k] = check_integer(k, opts[k], 1) end
   end
   if opts.gpus ~= nil then o.gpus = check_integer("gpus", opts.gpus, 0) end
+  -- What real workloads outgrow: the size of /dev/shm (its pages count
+  -- against memory_mb like any tmpfs) and the open-files limit of every run.
+  if opts.shm_mb ~= nil then o.shm_mb = check_integer("shm_mb", opts.shm_mb, 1) end
+  if opts.nofile ~= nil then
+    o.nofile = check_integer("nofile", opts.nofile, 64)
+    if o.nofile > 1048576 then invalid("nofile", "at most 1048576 (the kernel's nr_open), got %d", o.nofile) end
+  end
   -- Warm runs kept ready (a host-side tuning, not a ceiling).
   if opts.warm_runs ~= nil then
     o.warm_runs = check_integer("warm_runs", opts.warm_runs, 1)

@@ -108,6 +108,8 @@ local BUILTIN = {
     pids = 1024,
     disk_mb = 10240,
     gpus = 0,           -- fail closed: a policy must grant GPUs
+    shm_mb = 1024,      -- /dev/shm (its pages count against memory_mb)
+    nofile = 65536,     -- RLIMIT_NOFILE of every run
     clamp = false,
   },
   system_ro = { "/usr", "/bin", "/lib", "/lib64", "/sbin" },
@@ -117,7 +119,7 @@ local BUILTIN = {
 local SESSION_CEILINGS = {
   { "memory_mb", "memory_mb" }, { "cpu_milli", "cpu_milli" }, { "pids", "pids" },
   { "disk_mb", "disk_mb" }, { "gpus", "gpus" }, { "timeout_s", "max_session_timeout_s" },
-  { "max_file_bytes", "max_file_bytes" },
+  { "max_file_bytes", "max_file_bytes" }, { "shm_mb", "shm_mb" }, { "nofile", "nofile" },
 }
 
 local function this_dir()
@@ -473,7 +475,7 @@ local function merge_ceilings(raw, path)
     check(known, path, ("ceilings.backends: unknown backend %q"):format(b))
   end
   for _, k in ipairs { "max_session_timeout_s", "max_run_timeout_s", "max_file_bytes", "memory_mb",
-    "cpu_milli", "pids", "disk_mb", "gpus" } do
+    "cpu_milli", "pids", "disk_mb", "gpus", "shm_mb", "nofile" } do
     check(type(out[k]) == "number", path, "ceilings." .. k .. " must be a number")
     number_field(out, k, path, "ceilings", 0)
   end

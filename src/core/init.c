@@ -227,12 +227,28 @@ static void exec_bwrap(const struct sbx_zygote_cfg *cfg, const char *cwd, const 
 		}
 		snprintf(fdnum[i], sizeof(fdnum[i]), "%d", fds[i]);
 	}
-	const char **v = calloc(n_fixed + n_argv + 24, sizeof(*v));
+	const char **v = calloc(n_fixed + n_argv + 28, sizeof(*v));
 	if (!v)
 		return;
 	size_t k = 0;
 	for (size_t i = 0; i < n_fixed; i++)
 		v[k++] = cfg->bwrap_argv[i];
+	/* Join the session's user namespace (the ids a host has: userns.c).
+	 * bwrap passes every fd it was given on to the command, but closes
+	 * its --sync-fd there: the same fd as both keeps it out of the run. */
+	char usernum[16];
+	if (cfg->userns_fd >= 0) {
+		snprintf(usernum, sizeof(usernum), "%d", cfg->userns_fd);
+		if (fcntl(cfg->userns_fd, F_SETFD, 0) != 0) {
+			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "userns fd: %s",
+					strerror(errno));
+			return;
+		}
+		v[k++] = "--userns";
+		v[k++] = usernum;
+		v[k++] = "--sync-fd";
+		v[k++] = usernum;
+	}
 	static const char *const etc_dst[] = {"/etc/passwd", "/etc/group", "/etc/hosts",
 					      "/etc/hostname"};
 	for (int i = 1; i < 5; i++) {
@@ -804,17 +820,44 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	return !host_signalled;
 }
 
+/*
+ * A reused init's limits back to what it was born with (the session's),
+ * before it serves again: where init and the workload share a uid (an
+ * unprivileged host side maps only one id) a run may have changed them
+ * with prlimit(2), and the next workload would inherit that (a lowered
+ * RLIMIT_FSIZE kills it with SIGXFSZ, a lowered RLIMIT_NOFILE hard limit
+ * makes its own setrlimit fail).  -1 when a limit cannot be restored (a
+ * hard limit was lowered): this init must not serve again.
+ */
+static int restore_rlimits(const struct rlimit born[RLIM_NLIMITS])
+{
+	for (int r = 0; r < RLIM_NLIMITS; r++) {
+		struct rlimit now;
+		if (getrlimit(r, &now) != 0)
+			continue; /* a resource this kernel does not have */
+		if ((now.rlim_cur != born[r].rlim_cur || now.rlim_max != born[r].rlim_max) &&
+		    setrlimit(r, &born[r]) != 0)
+			return -1;
+	}
+	return 0;
+}
+
 void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 {
+	struct rlimit born[RLIM_NLIMITS];
 	sbx_scratch_mark mark;
 	sigset_t mask;
 	sbx_err err;
 
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	prctl(PR_SET_NAME, "sbx-init");
+	for (int r = 0; r < RLIM_NLIMITS; r++)
+		if (getrlimit(r, &born[r]) != 0)
+			born[r].rlim_cur = born[r].rlim_max = RLIM_INFINITY;
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
-	sbx_close_fds_except(&hsock, 1);
+	int keep[2] = {hsock, cfg->bwrap_argv ? cfg->userns_fd : -1};
+	sbx_close_fds_except(keep, 2);
 
 	/* The zygote had these blocked already, so none was lost before this
 	 * point; they queue on the signalfd, and signals from inside the run
@@ -854,7 +897,8 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 		struct signalfd_siginfo si;
 		while (read(sfd, &si, sizeof(si)) == sizeof(si))
 			; /* SIGCHLDs of the reaped run */
-		if (sbx_rootfs_scratch_reset(cfg, &mark, &err) < 0)
+		/* Ending here (no "r") makes the host take a fresh init. */
+		if (restore_rlimits(born) < 0 || sbx_rootfs_scratch_reset(cfg, &mark, &err) < 0)
 			_exit(1);
 		sbx_rootfs_scratch_mark(&mark);
 	}

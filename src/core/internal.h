@@ -146,6 +146,8 @@ struct sbx_zygote_cfg {
 	bool reuse;                /* an init may serve run after run (init.c) */
 	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
 	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
+	int userns_fd;             /* bubblewrap as root: the session's user namespace
+				    * (userns.c's full map) for bwrap --userns, or -1 */
 	const char *host_work_dir; /* backend "none": where the work dir really is */
 	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
 	sbx_net warm_mode;         /* the mode of the first warm inits */
@@ -358,8 +360,9 @@ bool sbx_session_direct(const sbx_session *s);
  * the session's inits serve one run each. */
 int sbx_session_reuse_fd(const sbx_session *s);
 
-/* uid/gid maps (userns.c). */
-int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *err);
+/* uid/gid maps (userns.c): 1000 -> host_uid/host_gid; with aux != 0 (host
+ * side root) also 0 -> aux and 65534 -> aux + 1, uids and gids alike. */
+int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, uid_t aux, sbx_err *err);
 /* Explain why user namespaces are unavailable, for BackendUnavailable. */
 void sbx_userns_explain(int clone_errno, sbx_err *err);
 

@@ -12,7 +12,7 @@
  *
  * Run side (per run, in sbx-init's fresh mount namespace): a new tmpfs on
  * /tmp and /dev/shm, the work dir re-attached beneath /tmp, a /proc of the
- * run's own PID namespace, mounted read-only.
+ * run's own PID namespace, writable but for its kernel-wide parts.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -316,9 +316,12 @@ static int build_tree(const sbx_session_opts *opts, const char *host_work_dir,
 		if (!visible && replicate(gpu->lib[i], false, false, err) < 0)
 			return -1;
 	}
+	/* Writable: in a user namespace the kernel mounts each run's own proc
+	 * (sbx_rootfs_run_mounts) writable only where a visible proc is (a
+	 * read-only superblock would lock the run's read-only too).  No run
+	 * ever sees this one: each mounts its own over it first. */
 	if (mkdir(NEW "/proc", 0555) != 0 ||
-	    mount("proc", NEW "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
-		    0)
+	    mount("proc", NEW "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
 		return FAIL("mount /proc: %s", strerror(errno));
 	if (mkdir(NEW "/tmp", 01777) != 0 || chmod(NEW "/tmp", 01777) != 0 ||
 	    mkdir(NEW SBX_SANDBOX_WORKDIR, 0755) != 0)
@@ -464,14 +467,26 @@ out:
 	return rc;
 }
 
+/* The parts of /proc that configure the kernel rather than a process:
+ * read-only binds over a writable /proc (bubblewrap's --proc does so too). */
+static const char *const proc_ro[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq",
+				      "/proc/bus", NULL};
+
 int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 {
 	/* A proc of the run's own PID namespace, over the session's (the
 	 * kernel mounts a new proc only where one is fully visible already).
-	 * Read-only as a mount, so /proc/sys and friends are too, even for
-	 * code that regained a privilege. */
-	if (mount("proc", "/proc", "proc", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+	 * Writable, so a process may write its own files as on a host (raise
+	 * /proc/self/oom_score_adj, as browsers do; the kernel's own checks
+	 * still refuse lowering it, and other users' files); the kernel-wide
+	 * parts stay read-only as a mount, even for code that regained a
+	 * privilege. */
+	if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
 		return FAIL("mount /proc: %s", strerror(errno));
+	for (int i = 0; proc_ro[i]; i++)
+		if (access(proc_ro[i], F_OK) == 0 &&
+		    bind_mount(proc_ro[i], proc_ro[i], false, false, err) < 0)
+			return -1;
 	return scratch_mounts(cfg, err);
 }
 

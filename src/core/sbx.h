@@ -30,6 +30,9 @@
 #define SBX_SANDBOX_GID 1000
 /* Host uid the sandbox user maps to when the host side runs as root. */
 #define SBX_DEFAULT_HOST_UID 231072
+/* Backend userns as root: inside 0 (root, sbx-init) and 65534 (nobody) map
+ * to host ids aux and aux + 1 (uid and gid alike); this is the default aux. */
+#define SBX_DEFAULT_AUX_UID 231073
 
 /* Error kinds, named as the Lua API names them. */
 typedef enum sbx_err_kind {
@@ -78,6 +81,8 @@ typedef struct sbx_session_opts {
 	size_t n_binds;
 	const char *const *seccomp_deny; /* extra syscall names to refuse (NULL-terminated) */
 	uid_t host_uid;             /* host uid of the sandbox user when root; 0: default */
+	uid_t aux_uid;              /* userns as root: host ids of inside 0 and 65534 are
+	                             * aux_uid, aux_uid + 1; 0: SBX_DEFAULT_AUX_UID */
 	uint64_t tmp_bytes;         /* size cap of the per-run /tmp; 0: default 256 MiB */
 	uint64_t shm_bytes;         /* size cap of the per-run /dev/shm; 0: default 64 MiB */
 	const char *hostname;       /* UTS hostname; NULL: "sandbox" */

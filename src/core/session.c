@@ -28,6 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/capability.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -41,6 +43,7 @@
 #define DEFAULT_TMP_BYTES (256ull << 20)
 #define DEFAULT_SHM_BYTES (64ull << 20)
 #define DEFAULT_NOFILE 1024
+
 /* Backend "privileged": per-session host uids come from this range. */
 #define PRIV_UID_BASE 300000u
 #define PRIV_UID_SPAN 65536u
@@ -58,6 +61,7 @@ struct sbx_session {
 	int lock_fd;        /* flock'd while the session lives */
 	uid_t host_uid;
 	gid_t host_gid;
+	uid_t aux_uid;      /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
 	bool pinned;
 	char id[33];
 	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
@@ -662,11 +666,15 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	 * so the zygote stays host root (it must mount for every run); each
 	 * workload becomes the session's unprivileged host uid and drops
 	 * every capability before it runs anything. */
+	/* With inside root mapped (host side root: userns.c) the zygote, and
+	 * so every sbx-init, is root inside: another user than the workload,
+	 * which then cannot signal, ptrace or prlimit it.  Otherwise there is
+	 * one id, the sandbox user's. */
+	uid_t zid = s->aux_uid ? 0 : SBX_SANDBOX_UID;
 	if (!s->privileged && ((setgroups(0, NULL) != 0 && errno != EPERM) ||
-			       setresgid(SBX_SANDBOX_GID, SBX_SANDBOX_GID, SBX_SANDBOX_GID) != 0 ||
-			       setresuid(SBX_SANDBOX_UID, SBX_SANDBOX_UID, SBX_SANDBOX_UID) != 0)) {
-		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %d: %s",
-			    SBX_SANDBOX_UID, strerror(errno));
+			       setresgid(zid, zid, zid) != 0 || setresuid(zid, zid, zid) != 0)) {
+		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
+			    (unsigned)zid, strerror(errno));
 	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&
 		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
 				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
@@ -800,7 +808,7 @@ static int argv_mirror(char ***v, size_t *n, size_t *cap, const char *path, bool
  * backend "bubblewrap": the bwrap arguments equivalent to the native
  * backends' filesystem and namespaces: every namespace new, the sandbox
  * user uid/gid 1000 in a user namespace, no capabilities, the policy's
- * system dirs and /etc entries read-only, a minimal /dev, fresh /tmp and
+ * system dirs and /etc entries read-only, a minimal read-only /dev, fresh /tmp and
  * /dev/shm of the same sizes, the work dir at /tmp/sandbox-work, the extra
  * binds.  Per run, init.c adds the generated /etc files, remounts / read-
  * only, and passes our seccomp filter and the command.
@@ -809,9 +817,18 @@ static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *
 {
 	char **v = NULL, num[32], path[PATH_MAX];
 	size_t n = 0, cap = 0;
-	int rc = argv_add(&v, &n, &cap, 12, bwrap_path(), "--unshare-all", "--die-with-parent",
-			  "--new-session", "--cap-drop", "ALL", "--uid", "1000", "--gid", "1000",
-			  "--hostname", o->hostname ? o->hostname : "sandbox");
+	/* With a user namespace of ours (root: make_bwrap_userns) every other
+	 * namespace is new; else bwrap makes the user namespace too. */
+	int rc = s->direct.userns_fd >= 0
+			 ? argv_add(&v, &n, &cap, 5, bwrap_path(), "--unshare-ipc", "--unshare-pid",
+				    "--unshare-net", "--unshare-uts")
+			 : argv_add(&v, &n, &cap, 2, bwrap_path(), "--unshare-all");
+	if (rc == 0 && s->direct.userns_fd >= 0)
+		rc = argv_add(&v, &n, &cap, 1, "--unshare-cgroup-try");
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 10, "--die-with-parent", "--new-session", "--cap-drop",
+			      "ALL", "--uid", "1000", "--gid", "1000", "--hostname",
+			      o->hostname ? o->hostname : "sandbox");
 	for (const char *const *d = o->system_ro; rc == 0 && d && *d; d++)
 		rc = argv_mirror(&v, &n, &cap, *d, false);
 	for (const char *const *e = o->etc_files; rc == 0 && e && *e; e++) {
@@ -837,10 +854,26 @@ static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *
 	for (size_t i = 0; rc == 0 && i < o->n_binds; i++)
 		rc = argv_add(&v, &n, &cap, 3, o->binds[i].writable ? "--bind" : "--ro-bind",
 			      o->binds[i].path, o->binds[i].path);
+	/* /dev read-only like the native one, once everything below it is
+	 * made (only that mount: /dev/shm and /dev/pts stay writable).
+	 * bwrap's --proc already binds /proc's kernel-wide parts read-only,
+	 * as rootfs.c does. */
+	if (rc == 0)
+		rc = argv_add(&v, &n, &cap, 2, "--remount-ro", "/dev");
 	s->bwrap_argv = v;
 	if (rc < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
 	return 0;
+}
+
+static bool have_cap(cap_value_t cap)
+{
+	cap_t now = cap_get_proc();
+	cap_flag_value_t v = CAP_CLEAR;
+	if (now)
+		cap_get_flag(now, cap, CAP_EFFECTIVE, &v);
+	cap_free(now);
+	return v == CAP_SET;
 }
 
 /* The backend's requirements, checked before anything is made. */
@@ -891,6 +924,17 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
 				   "resource ceilings (memory, cpu, pids) need a cgroup sbx may "
 				   "write: run as root, or delegate one and set SBX_CGROUP_ROOT");
+	/* Above our hard limit only CAP_SYS_RESOURCE raises it (for the
+	 * zygote, or the workload itself while still root): say so now, not
+	 * at every run. */
+	struct rlimit nf;
+	if (o->nofile && getrlimit(RLIMIT_NOFILE, &nf) == 0 && o->nofile > nf.rlim_max &&
+	    !have_cap(CAP_SYS_RESOURCE))
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+				   "nofile = %llu is above this process's hard open-files limit "
+				   "%llu, and raising it needs CAP_SYS_RESOURCE (ulimit -Hn, "
+				   "LimitNOFILE=)",
+				   (unsigned long long)o->nofile, (unsigned long long)nf.rlim_max);
 	if (o->disk_bytes && geteuid() != 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
 				   "disk_mb: the size-capped work dir is a tmpfs mount, which needs "
@@ -951,7 +995,66 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	s->direct.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
 	s->direct.fsize = o->fsize_bytes;
 	s->direct.lifetime_ms = o->lifetime_ms;
+	s->direct.userns_fd = -1;
 	clock_gettime(CLOCK_MONOTONIC, &s->t0);
+	return 0;
+}
+
+/*
+ * backend bubblewrap as root: a user namespace with the full map (userns.c)
+ * that every bwrap of the session joins (--userns), so the ids /etc/passwd
+ * lists exist as in the native backends.  It is owned by the sandbox's host
+ * uid, which bwrap runs as: a child at that uid creates it, and waits until
+ * we wrote the maps and took a handle.
+ */
+static int make_bwrap_userns(sbx_session *s, sbx_err *err)
+{
+	int sp[2];
+	char c = 0, path[64];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sp[0]);
+		if (setgroups(0, NULL) == 0 && setresgid(s->host_gid, s->host_gid, s->host_gid) == 0 &&
+		    setresuid(s->host_uid, s->host_uid, s->host_uid) == 0 &&
+		    unshare(CLONE_NEWUSER) == 0 && write(sp[1], "u", 1) == 1)
+			(void)!read(sp[1], &c, 1); /* until the host is done */
+		_exit(0);
+	}
+	close(sp[1]);
+	int rc = -1;
+	if (pid < 0)
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
+	else if (read(sp[0], &c, 1) != 1)
+		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+			    "backend bubblewrap: could not make a user namespace as uid %u",
+			    (unsigned)s->host_uid);
+	else if (sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) == 0) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+		s->direct.userns_fd = open(path, O_RDONLY | O_CLOEXEC);
+		rc = s->direct.userns_fd < 0 ? sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s",
+							   path, strerror(errno))
+					     : 0;
+	}
+	close(sp[0]);
+	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return rc;
+}
+
+/* userns as root: the host ids of inside root (sbx-init) and nobody; they
+ * must be unprivileged and not the sandbox user's, or the workload would
+ * be init's user again. */
+static int set_aux_uid(sbx_session *s, uid_t aux, sbx_err *err)
+{
+	if (aux == 0 || aux > UINT32_MAX - 2 || s->host_uid == aux || s->host_uid == aux + 1)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "aux_uid %u: must be an unprivileged host id whose next id is "
+				   "free too, and neither may be the sandbox's host uid %u",
+				   (unsigned)aux, (unsigned)s->host_uid);
+	s->aux_uid = aux;
 	return 0;
 }
 
@@ -1026,6 +1129,11 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	} else if (geteuid() == 0) {
 		s->host_uid = o->host_uid ? o->host_uid : SBX_DEFAULT_HOST_UID;
 		s->host_gid = (gid_t)s->host_uid;
+		if (!s->privileged && (!s->none || s->bwrap) &&
+		    set_aux_uid(s, o->aux_uid ? o->aux_uid : SBX_DEFAULT_AUX_UID, err) < 0) {
+			free(s);
+			return NULL;
+		}
 	} else {
 		s->host_uid = geteuid();
 		s->host_gid = getegid();
@@ -1063,7 +1171,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (s->none) {
 		open_direct(s, o);
 		if (s->bwrap) {
-			if (build_bwrap_argv(s, o, err) < 0)
+			if ((s->aux_uid && make_bwrap_userns(s, err) < 0) ||
+			    build_bwrap_argv(s, o, err) < 0)
 				goto fail;
 			s->prog = prog;
 			s->direct.seccomp = prog;
@@ -1115,8 +1224,22 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	close(ctl[1]);
 	sync[0] = ctl[1] = -1;
 	s->ctl_fd = ctl[0];
-	if (!s->privileged && sbx_userns_write_maps(pid, s->host_uid, s->host_gid, err) < 0)
+	if (!s->privileged &&
+	    sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) < 0)
 		goto fail;
+	/* nofile above our hard limit: the workloads cannot raise theirs
+	 * (no CAP_SYS_RESOURCE of the host's), so root raises the zygote's,
+	 * which every run inherits. */
+	struct rlimit nf;
+	if (o->nofile && prlimit(pid, RLIMIT_NOFILE, NULL, &nf) == 0 && nf.rlim_max < o->nofile) {
+		nf.rlim_max = o->nofile;
+		if (prlimit(pid, RLIMIT_NOFILE, &nf, NULL) != 0) {
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "nofile = %llu: raise the sandbox's hard limit: %s",
+				    (unsigned long long)o->nofile, strerror(errno));
+			goto fail;
+		}
+	}
 	/* Into the session's cgroup before it runs anything: every run it
 	 * starts inherits the ceilings; the host stays outside. */
 	if (s->cg.version && sbx_cgroup_attach(&s->cg, pid, err) < 0)
@@ -1241,6 +1364,8 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
+	if (s->bwrap && s->direct.userns_fd >= 0)
+		close(s->direct.userns_fd);
 	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
 		free(s->bwrap_argv[i]);
 	free(s->bwrap_argv);

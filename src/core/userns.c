@@ -5,8 +5,15 @@
  * The sandbox user is uid/gid 1000 inside.  It maps to the caller's own ids
  * when the host side is unprivileged, and to a dedicated unprivileged host
  * uid when the host side is root, so the sandbox never holds host uid 0.
- * Only one id is mapped: root inside the namespace does not exist, so files
- * owned by host root appear as nobody and stay out of reach.
+ *
+ * When the host side is root it maps two more: inside 0 (root, which
+ * sbx-init runs as) and 65534 (nobody/nogroup) map to two more dedicated
+ * unprivileged host ids (aux, aux + 1).  Then the ids /etc/passwd and
+ * /etc/group inside list all exist, so chown/setuid to them fail with EPERM
+ * as on a host (an unmapped id gives EINVAL), and init is another user than
+ * the workload: not signal-, ptrace- or prlimit-reachable from it.  Files
+ * owned by host root stay unmapped (shown as nobody) and out of reach.
+ * An unprivileged host side can map only its own id: 1000 alone.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,9 +40,19 @@ static int write_file(const char *path, const char *data, sbx_err *err)
 	return 0;
 }
 
-int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *err)
+/* "inside host count" lines: the sandbox user's, and with aux two more. */
+static void format_map(char *map, size_t len, unsigned sandbox_id, unsigned host_id, unsigned aux)
 {
-	char path[64], map[64];
+	if (aux)
+		snprintf(map, len, "0 %u 1\n%u %u 1\n65534 %u 1\n", aux, sandbox_id, host_id,
+			 aux + 1);
+	else
+		snprintf(map, len, "%u %u 1\n", sandbox_id, host_id);
+}
+
+int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, uid_t aux, sbx_err *err)
+{
+	char path[64], map[128];
 
 	/* Unprivileged writers must deny setgroups before writing gid_map;
 	 * root keeps it so the zygote can drop its supplementary groups. */
@@ -45,11 +62,11 @@ int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, sbx_err *er
 			return -1;
 	}
 	snprintf(path, sizeof(path), "/proc/%d/uid_map", (int)pid);
-	snprintf(map, sizeof(map), "%d %u 1\n", SBX_SANDBOX_UID, (unsigned)host_uid);
+	format_map(map, sizeof(map), SBX_SANDBOX_UID, (unsigned)host_uid, (unsigned)aux);
 	if (write_file(path, map, err) < 0)
 		return -1;
 	snprintf(path, sizeof(path), "/proc/%d/gid_map", (int)pid);
-	snprintf(map, sizeof(map), "%d %u 1\n", SBX_SANDBOX_GID, (unsigned)host_gid);
+	format_map(map, sizeof(map), SBX_SANDBOX_GID, (unsigned)host_gid, (unsigned)aux);
 	return write_file(path, map, err);
 }
 

@@ -44,8 +44,9 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 
 static const char *const session_fields[] = {
 	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
-	"seccomp_deny", "host_uid", "tmp_bytes", "shm_bytes", "lifetime_ms", "memory_bytes",
-	"cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile", "fsize_bytes", "run_uid",
+	"seccomp_deny", "host_uid", "aux_uid", "tmp_bytes", "shm_bytes", "lifetime_ms",
+	"memory_bytes", "cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile",
+	"fsize_bytes", "run_uid",
 	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", "warm_runs", "network_mode", "proxy_port",
 	"open_deny", NULL,
 };
@@ -116,6 +117,7 @@ static int session_open(lua_State *L, bool start)
 	o.binds = opt_binds(L, 1, &o.n_binds);
 	/* (uid_t)-1 means "no change" to the kernel: never a valid mapping. */
 	o.host_uid = (uid_t)lsbx_opt_int(L, 1, "host_uid", 0, (int64_t)UINT32_MAX - 1, 0);
+	o.aux_uid = (uid_t)lsbx_opt_int(L, 1, "aux_uid", 0, (int64_t)UINT32_MAX - 2, 0);
 	o.tmp_bytes = (uint64_t)lsbx_opt_int(L, 1, "tmp_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.shm_bytes = (uint64_t)lsbx_opt_int(L, 1, "shm_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.lifetime_ms = (uint64_t)lsbx_opt_int(L, 1, "lifetime_ms", 0, LSBX_MAX_EXACT, 0);

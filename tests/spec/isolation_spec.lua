@@ -466,10 +466,26 @@ except OSError as e:
       end))
     end)
 
-    it("mounts everything read-only but /tmp, the work dir, /dev/shm (and devices)", function()
+    -- /proc is writable so a process can write its own files (raise its
+    -- oom_score_adj); what configures the kernel is a read-only bind over it.
+    it("mounts everything read-only but /tmp, the work dir, /dev/shm, /proc (and devices)", function()
       assert.are.equal("", offenders(function(m)
         return m.opts.ro == true or writable[m.mountpoint] or dev_nodes[m.mountpoint]
+          or m.mountpoint == "/proc"
       end))
+    end)
+
+    it("binds /proc's kernel-wide parts read-only over it (sys, sysrq-trigger, irq, bus)", function()
+      local ro = {}
+      for _, m in ipairs(mounts) do
+        if m.opts.ro then ro[m.mountpoint] = true end
+      end
+      for _, p in ipairs { "/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus" } do
+        local _, rc = H.sh("test -e " .. p)
+        if rc == 0 then -- on this host
+          assert.is_true(ro[p] == true, p .. " is no read-only mount:\n" .. text)
+        end
+      end
     end)
 
     it("propagates no mount event to or from the host (no shared peer group)", function()

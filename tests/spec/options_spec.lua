@@ -62,7 +62,7 @@ describe("session options", function()
       backend = 1, work_dir = true, network_mode = 3, network_allowlist = "pypi.org",
       network_denylist = "10.0.0.0/8", read_only_paths = "/opt", read_write_paths = { 1 },
       memory_mb = "2G", cpu_milli = {}, pids = 1.5, gpus = "0", disk_mb = -1, timeout_s = "60",
-      name = 7, env = "FOO=bar", max_file_bytes = 0.5, state_dir = 1,
+      name = 7, env = "FOO=bar", max_file_bytes = 0.5, state_dir = 1, shm_mb = "1G", nofile = 1.5,
     }
     for k, v in pairs(cases) do
       local e = T.expect("InvalidArgument", session_opts, { [k] = v })
@@ -114,6 +114,13 @@ describe("session options", function()
     end
     T.expect("InvalidArgument", session_opts, { memory_mb = 8 })
     T.expect("InvalidArgument", session_opts, { pids = 2 })
+    -- /dev/shm size and RLIMIT_NOFILE: session options within the ceilings.
+    assert.are.equal(128, session_opts({ shm_mb = 128 }).shm_mb)
+    assert.are.equal(4096, session_opts({ nofile = 4096 }).nofile)
+    for _, bad in ipairs { { shm_mb = 0 }, { nofile = 3 }, { nofile = 2 ^ 21 } } do
+      local k = next(bad)
+      assert.are.equal(k, T.expect("InvalidArgument", session_opts, bad).option)
+    end
     -- gpus = 0 is the default ceiling; any GPU needs the privileged backend.
     assert.is_table(session_opts { gpus = 0 })
     local e = T.expect("BackendUnavailable", session_opts, { gpus = 1 })

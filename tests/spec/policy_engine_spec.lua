@@ -187,18 +187,22 @@ describe("sbx.policy engine", function()
 
   it("refuses requests above a ceiling, naming the rule, and clamps only when told", function()
     local e = load([[return { ceilings = { memory_mb = 1024, cpu_milli = 1000, pids = 64, gpus = 0,
-      disk_mb = 100, max_session_timeout_s = 60, backends = { "userns" }, network_mode = "allowlist" } }]])
+      disk_mb = 100, max_session_timeout_s = 60, backends = { "userns" }, network_mode = "allowlist",
+      shm_mb = 256, nofile = 4096 } }]])
     for req, rule in pairs {
       [{ memory_mb = 1025 }] = "ceilings.memory_mb", [{ cpu_milli = 2000 }] = "ceilings.cpu_milli",
       [{ pids = 65 }] = "ceilings.pids", [{ gpus = 1 }] = "ceilings.gpus", [{ disk_mb = 101 }] = "ceilings.disk_mb",
       [{ timeout_s = 61 }] = "ceilings.max_session_timeout_s", [{ backend = "privileged" }] = "ceilings.backends",
       [{ backend = "none" }] = "ceilings.backends", [{ network_mode = "open" }] = "ceilings.network_mode",
+      [{ shm_mb = 257 }] = "ceilings.shm_mb", [{ nofile = 4097 }] = "ceilings.nofile",
     } do
       local err = denied(e, e.session_open, e, req, {})
       assert.are.equal(rule, err.rule)
     end
     local ok = e:session_open({ memory_mb = 1024, pids = 64, backend = "userns", network_mode = "allowlist" }, {})
     assert.are.equal(1024, ok.memory_mb)
+    ok = e:session_open({ shm_mb = 256, nofile = 4096 }, {})
+    assert.are.same({ 256, 4096 }, { ok.shm_mb, ok.nofile })
     -- clamp = true: lowered to the ceiling, and logged.
     local c, logs = load("return { ceilings = { memory_mb = 1024, clamp = true, max_run_timeout_s = 30 } }")
     assert.are.equal(1024, c:session_open({ memory_mb = 4096 }, {}).memory_mb)
