@@ -44,6 +44,19 @@
 #define DEFAULT_SHM_BYTES (64ull << 20)
 #define DEFAULT_NOFILE 1024
 
+/* RLIMIT_NOFILE of every run: the caller's nofile, else 1024 or this
+ * process's hard limit if lower (a host under `ulimit -Hn 512` must not
+ * make every run fail to set a default it never asked for). */
+static uint64_t run_nofile(const sbx_session_opts *o)
+{
+	struct rlimit rl;
+
+	if (o->nofile)
+		return o->nofile;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max < DEFAULT_NOFILE)
+		return rl.rlim_max;
+	return DEFAULT_NOFILE;
+}
 /* Backend "privileged": per-session host uids come from this range. */
 #define PRIV_UID_BASE 300000u
 #define PRIV_UID_SPAN 65536u
@@ -714,7 +727,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
 	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
-	cfg.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
+	cfg.nofile = run_nofile(o);
 	cfg.fsize = o->fsize_bytes;
 	/* Become sbx-zygote (zygote_exec.c), which says ready and serves. */
 	sbx_zygote_exec(image_fd, &cfg, listener, &err);
@@ -992,7 +1005,7 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	s->direct.host_work_dir = s->work_dir;
 	s->direct.uid = geteuid();
 	s->direct.gid = getegid();
-	s->direct.nofile = o->nofile ? o->nofile : DEFAULT_NOFILE;
+	s->direct.nofile = run_nofile(o);
 	s->direct.fsize = o->fsize_bytes;
 	s->direct.lifetime_ms = o->lifetime_ms;
 	s->direct.userns_fd = -1;

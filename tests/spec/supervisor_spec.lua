@@ -250,3 +250,32 @@ s:close()
     end
   end)
 end)
+
+-- A host whose hard open-files limit is below the default 1024 (sbxd under
+-- `ulimit -Hn 512`): runs get that hard limit instead of failing to set a
+-- default nobody asked for; asking for more than it still fails at open.
+describe("a host with a hard open-files limit below the default", function()
+  it("gives runs its hard limit; an explicit nofile above it is refused at open", function()
+    local dir = H.mktemp_dir("nofile")
+    local script = dir .. "/lownofile.lua"
+    H.write_file(script, [[
+local sbx = require "sbx"
+local s = sbx.session { backend = "userns" }
+for i = 1, 3 do
+  local r = s:exec("ulimit -n")
+  print("run", i, r.returncode, (r.stdout:gsub("\n", "")))
+end
+s:close()
+local ok, err = pcall(sbx.session, { backend = "userns", nofile = 1024 })
+print("explicit", ok, ok or err.kind)
+]])
+    local out, rc = H.sh("cd " .. H.q(H.ROOT) .. " && ulimit -Sn 512 && ulimit -Hn 512 && "
+      .. H.q(H.SBXLUA) .. " " .. H.q(script), true)
+    H.rmtree(dir)
+    assert.are.equal(0, rc, out)
+    for i = 1, 3 do
+      assert.matches(("run\t%d\t0\t512\n"):format(i), out, 1, true)
+    end
+    assert.matches("explicit\tfalse\tBackendUnavailable", out, 1, true)
+  end)
+end)
