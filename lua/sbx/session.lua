@@ -149,6 +149,7 @@ function M.open(opts)
     etc_files = pol.filesystem.etc,
     binds = binds,
     seccomp_deny = pol.seccomp.deny,
+    seccomp_allow = pol.seccomp.allow,
     tmp_bytes = pol.defaults.tmp_bytes,
     shm_bytes = pol.defaults.shm_bytes,
     lifetime_ms = o.lifetime_ms,
