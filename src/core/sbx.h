@@ -296,6 +296,9 @@ sbx_seccomp_entry *sbx_seccomp_profile(const char *const *deny, const char *cons
 /* The architecture name of this build's syscall table, or NULL (no table:
  * every session is refused). */
 const char *sbx_seccomp_arch(void);
+/* Every name of the compiled profile is in this architecture's table and
+ * in one list only (for the unit test).  0, or -1 with err. */
+int sbx_seccomp_selfcheck(sbx_err *err);
 /*
  * Compile that profile into a BPF program: the architecture checked and
  * other ABIs (i386, x32) killed, everything not allowed refused.  The

@@ -230,6 +230,58 @@ sbx_seccomp_entry *sbx_seccomp_profile(const char *const *deny, const char *cons
 #endif
 }
 
+/* How many of the profile's lists name name. */
+static int sbx_profile_count(const char *name)
+{
+	int c = sbx_listed(sbx_sc_allow, name) ? 1 : 0;
+	size_t i;
+
+	for (i = 0; i < N_OF(sbx_sc_args); i++)
+		c += strcmp(sbx_sc_args[i].name, name) == 0;
+	for (i = 0; i < N_OF(sbx_sc_refuse); i++)
+		c += strcmp(sbx_sc_refuse[i].name, name) == 0;
+	for (i = 0; i < N_OF(sbx_sc_widen); i++)
+		c += strcmp(sbx_sc_widen[i].name, name) == 0;
+	return c;
+}
+
+/* The profile names one syscall of this table once: a typo would turn an
+ * allowed call into ENOSYS without a word. */
+static int sbx_check_name(const char *name, sbx_err *err)
+{
+#ifdef SBX_SC_ARCH
+	if (!sbx_sys_find(name))
+		return sbx_err_set(err, SBX_E_EXECUTION, 0,
+				   "seccomp profile: \"%s\" is not in the %s table", name,
+				   SBX_SC_ARCH);
+#endif
+	if (sbx_profile_count(name) != 1)
+		return sbx_err_set(err, SBX_E_EXECUTION, 0,
+				   "seccomp profile: \"%s\" is in more than one list", name);
+	return 0;
+}
+
+/* See sbx.h. */
+int sbx_seccomp_selfcheck(sbx_err *err)
+{
+	const char *const *p;
+	size_t i;
+
+	for (p = sbx_sc_allow; *p; p++)
+		if (sbx_check_name(*p, err) < 0)
+			return -1;
+	for (i = 0; i < N_OF(sbx_sc_args); i++)
+		if (sbx_check_name(sbx_sc_args[i].name, err) < 0)
+			return -1;
+	for (i = 0; i < N_OF(sbx_sc_refuse); i++)
+		if (sbx_check_name(sbx_sc_refuse[i].name, err) < 0)
+			return -1;
+	for (i = 0; i < N_OF(sbx_sc_widen); i++)
+		if (sbx_check_name(sbx_sc_widen[i].name, err) < 0)
+			return -1;
+	return 0;
+}
+
 /* ---- BPF ---- */
 
 /* Argument blocks: position-independent (jumps are relative), each ends

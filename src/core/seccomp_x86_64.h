@@ -3,7 +3,8 @@
  *
  * Data only, included by seccomp.c.  Generated from the kernel's uapi
  * <asm/unistd_64.h> (Linux 6.1: numbers 0-450) and completed by hand from
- * arch/x86/entry/syscalls/syscall_64.tbl up to Linux 6.18 (451-469).  The
+ * arch/x86/entry/syscalls/syscall_64.tbl up to Linux 6.18 (335-336,
+ * 451-469).  The
  * filter refuses every number not listed here with ENOSYS, so a syscall a
  * later kernel adds is refused until it is added here and to the profile.
  * x32 (numbers with bit 0x40000000) is a separate ABI the filter kills.
@@ -345,6 +346,10 @@ static const struct sbx_sysent sbx_sys_x86_64[] = {
 	{ 332, "statx" },
 	{ 333, "io_pgetevents" },
 	{ 334, "rseq" },
+	/* 335-336: the kernel passes them through seccomp unfiltered (they
+	 * return from uprobe trampolines it installs); listed for the names. */
+	{ 335, "uretprobe" },
+	{ 336, "uprobe" },
 	{ 424, "pidfd_send_signal" },
 	{ 425, "io_uring_setup" },
 	{ 426, "io_uring_enter" },

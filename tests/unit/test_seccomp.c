@@ -173,6 +173,9 @@ static void test_compile(void **state)
 		fail_msg("compile: %s", err.msg);
 	sbx_seccomp_free(p);
 	sbx_seccomp_free(NULL);
+	/* The profile names only syscalls of this architecture, once each. */
+	if (sbx_seccomp_selfcheck(&err) != 0)
+		fail_msg("%s", err.msg);
 }
 
 static void test_unknown_name(void **state)
