@@ -284,6 +284,18 @@ int sbx_seccomp_selfcheck(sbx_err *err)
 
 /* ---- BPF ---- */
 
+#ifndef SBX_SC_ARCH
+/* No table for this architecture: refuse (sbx_seccomp_profile says why). */
+struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
+				       sbx_err *err)
+{
+	size_t n;
+
+	(void)sbx_seccomp_profile(deny, allow, &n, err);
+	return NULL;
+}
+#else
+
 /* Argument blocks: position-independent (jumps are relative), each ends
  * in a return.  The dispatch tree jumps to them by the syscall's number. */
 /* clang-format off */
@@ -460,12 +472,6 @@ static int sbx_args_block(const char *name)
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err)
 {
-#ifndef SBX_SC_ARCH
-	size_t n;
-
-	(void)sbx_seccomp_profile(deny, allow, &n, err); /* sets err: no table */
-	return NULL;
-#else
 	static const struct sock_filter head[] = {
 		LD(offsetof(struct seccomp_data, arch)),
 		JEQ(SBX_SC_AUDIT_ARCH, 1, 0),
@@ -534,8 +540,8 @@ out:
 	free(seg);
 	free(v);
 	return prog;
-#endif
 }
+#endif /* SBX_SC_ARCH */
 
 /* Free a program from sbx_seccomp_compile (one block).  Safe on NULL. */
 void sbx_seccomp_free(struct sock_fprog *prog)
