@@ -5,6 +5,7 @@
 #   make test     build build-test/ with ASan+UBSan and -Werror, run every test
 #   make bench    build, run the exec latency benchmark (tests/bench/run.sh)
 #   make fuzz     build the libFuzzer targets (tests/fuzz) into build-fuzz/, run each FUZZ_SECONDS (60)
+#   make compat   build, CPython's test suite on the host and in a session, diffed (tests/compat)
 #   make soak     build, 10,000 runs over 50 sessions (tests/soak; SOAK_RUNS, SOAK_SESSIONS)
 #   make format   clang-format the C sources
 #   make install  build and install under PREFIX (default /usr/local; DESTDIR works)
@@ -18,7 +19,7 @@ CMAKE      ?= cmake
 ARGS       ?=
 PREFIX     ?= /usr/local
 
-.PHONY: all deps build run test test-build bench fuzz soak format install clean help
+.PHONY: all deps build run test test-build bench compat fuzz soak format install clean help
 
 all: build
 
@@ -52,6 +53,10 @@ test: deps
 
 bench: build
 	tests/bench/run.sh $(BUILD)
+
+# COMPAT_ARGS: e.g. --backend userns --backend privileged --timeout 900 test_os
+compat: build
+	$(BUILD)/bin/sbxlua tests/compat/run.lua $(COMPAT_ARGS)
 
 FUZZ_BUILD    ?= build-fuzz
 FUZZ_SECONDS  ?= 60

@@ -17,6 +17,7 @@ packages=(
 	passt nftables
 	luarocks libcap2-bin man-db
 	clang "libclang-rt-14-dev|libclang-rt-dev"
+	libpython3.11-testsuite
 )
 
 installed() {

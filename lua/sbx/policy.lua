@@ -489,6 +489,35 @@ local function opt_prefixes(v, path, what)
   return check_abs_paths(v, path, what)
 end
 
+-- The core's view of the seccomp profile (sbxlua, sbxd, the rock); nil
+-- where the core is absent, and then the session's open checks the lists.
+local seccomp_profile
+do
+  local ok, core = pcall(require, "sbx.core")
+  if ok and type(core) == "table" then seccomp_profile = core.seccomp_profile end
+end
+
+-- seccomp = { deny = {...}, allow = {...} }: deny narrows the core's
+-- profile, allow widens it by the names the core lets a policy widen by;
+-- anything else fails the load.  profile: the effective one, as data.
+local function check_seccomp(raw, path)
+  local sc = check_table(raw, path, "seccomp")
+  for k in pairs(sc) do
+    check(k == "deny" or k == "allow", path,
+      ("unknown field seccomp.%s (known: deny, allow)"):format(tostring(k)))
+  end
+  local out = {
+    deny = check_strlist(sc.deny or {}, path, "seccomp.deny"),
+    allow = check_strlist(sc.allow or {}, path, "seccomp.allow"),
+  }
+  if seccomp_profile then
+    local prof, why = seccomp_profile { deny = out.deny, allow = out.allow }
+    check(prof ~= nil, path, "seccomp: " .. tostring(why))
+    out.profile = prof
+  end
+  return out
+end
+
 -- normalize(raw, path) -> the policy as the rest of sbx reads it.
 local function normalize(raw, path)
   local fs = check_table(raw.filesystem, path, "filesystem")
@@ -498,7 +527,7 @@ local function normalize(raw, path)
   for _, p in ipairs(M.HARD_FORBIDDEN) do
     if not seen[p] then forbidden[#forbidden + 1] = p end
   end
-  local seccomp = check_table(raw.seccomp, path, "seccomp")
+  local seccomp = check_seccomp(raw.seccomp, path)
   local network = check_table(raw.network, path, "network")
   local denylist = check_strlist(network.denylist or presets.CLOUD_METADATA_DENY, path, "network.denylist")
   local ok, err = pcall(match.compile, denylist, "network.denylist")
@@ -548,7 +577,7 @@ local function normalize(raw, path)
       allow_ro = opt_prefixes(fs.allow_ro, path, "filesystem.allow_ro"),
       allow_rw = opt_prefixes(fs.allow_rw, path, "filesystem.allow_rw"),
     },
-    seccomp = { deny = check_strlist(seccomp.deny or {}, path, "seccomp.deny") },
+    seccomp = seccomp,
     network = { denylist = denylist, allowlist = allowlist },
     limits = lim,
     reapply = raw.reapply == true,

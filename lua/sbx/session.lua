@@ -185,6 +185,7 @@ function M.open(opts)
     etc_files = pol.filesystem.etc,
     binds = binds,
     seccomp_deny = pol.seccomp.deny,
+    seccomp_allow = pol.seccomp.allow,
     tmp_bytes = pol.defaults.tmp_bytes,
     shm_bytes = o.shm_mb and o.shm_mb * 1024 * 1024 or pol.defaults.shm_bytes,
     nofile = o.nofile,

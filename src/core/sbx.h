@@ -80,6 +80,7 @@ typedef struct sbx_session_opts {
 	const sbx_bind *binds;      /* extra binds requested by the session */
 	size_t n_binds;
 	const char *const *seccomp_deny; /* extra syscall names to refuse (NULL-terminated) */
+	const char *const *seccomp_allow; /* widenable syscall names to allow (NULL-terminated) */
 	uid_t host_uid;             /* host uid of the sandbox user when root; 0: default */
 	uid_t aux_uid;              /* userns as root: host ids of inside 0 and 65534 are
 	                             * aux_uid, aux_uid + 1; 0: SBX_DEFAULT_AUX_UID */
@@ -307,13 +308,39 @@ int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes
 /* ---- seccomp and capabilities (seccomp.c, caps.c) ---- */
 
 struct sock_fprog;
+/* One syscall of the effective profile (sbx_seccomp_profile). */
+typedef enum { SBX_SC_ALLOWED, SBX_SC_ARGS, SBX_SC_REFUSED } sbx_sc_action;
+typedef struct sbx_seccomp_entry {
+	const char *name;     /* static */
+	int nr;               /* this architecture's number */
+	sbx_sc_action action; /* ARGS: allowed unless rule says otherwise */
+	int err;              /* REFUSED: the errno the workload gets */
+	const char *rule;     /* ARGS: what is refused, in words (static) */
+	bool widenable;       /* a policy's allow list may allow it */
+} sbx_seccomp_entry;
 /*
- * Compile the baseline filter (the classes Docker's default profile refuses,
- * architecture checked, non-native ABIs killed) plus extra_deny syscall
- * names into a BPF program.  Unknown names are InvalidArgument.  The
+ * The effective syscall profile for this architecture: the compiled floor
+ * (seccomp_profile.h) narrowed by deny and widened by allow (names of the
+ * widenable set only), one entry per syscall of this architecture's table,
+ * by number; any number not listed fails with ENOSYS.  A deny name unknown
+ * to every architecture, an allow name not widenable, or an architecture
+ * without a table is an error.  Returns a malloc'd array (free()), or NULL.
+ */
+sbx_seccomp_entry *sbx_seccomp_profile(const char *const *deny, const char *const *allow,
+				       size_t *n, sbx_err *err);
+/* The architecture name of this build's syscall table, or NULL (no table:
+ * every session is refused). */
+const char *sbx_seccomp_arch(void);
+/* Every name of the compiled profile is in this architecture's table and
+ * in one list only (for the unit test).  0, or -1 with err. */
+int sbx_seccomp_selfcheck(sbx_err *err);
+/*
+ * Compile that profile into a BPF program: the architecture checked and
+ * other ABIs (i386, x32) killed, everything not allowed refused.  The
  * returned program is malloc'd; free with sbx_seccomp_free.
  */
-struct sock_fprog *sbx_seccomp_compile(const char *const *extra_deny, sbx_err *err);
+struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
+				       sbx_err *err);
 void sbx_seccomp_free(struct sock_fprog *prog);
 /* Install prog on the calling thread (no_new_privs must be set).  Child-side. */
 int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);

@@ -1,31 +1,39 @@
 /*
  * seccomp.c: the syscall filter every workload runs under.
  *
- * The filter is built once per session with libseccomp and exported to a
- * plain BPF program, so starting a run costs one seccomp() call and no
- * allocation.  Its shape:
+ * The filter is an allow-list, built once per session and emitted here as
+ * a plain BPF program (no libseccomp rule engine: it drops conditional
+ * rules when a syscall also has an unconditional one, and 2.5.4 cannot
+ * name syscalls above 451), so starting a run costs one seccomp() call and
+ * no allocation.  Its shape:
  *
- *   - default ALLOW: the sandbox is a general-purpose Linux box, and the
- *     namespaces, uid and capability drop are what confine it; the filter
- *     removes the kernel attack surface those do not cover (the classes
- *     Docker's default profile refuses) plus what the session adds;
- *   - refused syscalls fail with EPERM, so programs see an ordinary error;
- *   - only the native ABI is allowed: any other architecture (i386 through
- *     int 0x80, and x32, whose numbers carry bit 0x40000000 on x86_64 and
- *     which libseccomp sends to the bad-arch action) kills the process,
- *     because a second syscall table would be a second, unfiltered door.
+ *   - the architecture is checked first; another ABI (i386 through
+ *     int 0x80, x32 numbers with bit 0x40000000) kills the process, because
+ *     a second syscall table would be a second, unfiltered door;
+ *   - syscalls are matched by number, from a table compiled in for this
+ *     architecture (seccomp_<arch>.h): a number the table does not list,
+ *     e.g. one a newer kernel added, fails with ENOSYS like on an older
+ *     kernel, and programs fall back;
+ *   - the profile (seccomp_profile.h) says per name: allowed, allowed for
+ *     some arguments (one small BPF block each), or refused with an errno
+ *     (EPERM for the dangerous, so programs see an ordinary error);
+ *   - the lookup is a binary search over runs of consecutive numbers that
+ *     share an answer, so an allowed syscall costs a handful of compares.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/netlink.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -36,47 +44,52 @@
 #define TIOCLINUX 0x541C
 #endif
 
-/*
- * Refused outright (EPERM).  Names this architecture does not know are
- * skipped: they cannot be called here anyway.
- */
-/* clang-format off */
-static const char *const sbx_baseline_deny[] = {
-	/* keyrings: not namespaced */
-	"add_key", "request_key", "keyctl",
-	/* kernel programmability and introspection */
-	"bpf", "perf_event_open", "userfaultfd", "fanotify_init", "lookup_dcookie",
-	/* kernel modules and kexec */
-	"init_module", "finit_module", "delete_module", "create_module",
-	"get_kernel_syms", "query_module", "kexec_load", "kexec_file_load",
-	/* mounts: the sandbox's tree is fixed by the time it runs */
-	"mount", "umount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig",
-	"fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
-	/* machine-wide state */
-	"swapon", "swapoff", "acct", "syslog", "reboot", "settimeofday", "stime",
-	"clock_settime", "clock_adjtime", "adjtimex", "sethostname",
-	"setdomainname", "iopl", "ioperm", "modify_ldt", "quotactl", "quotactl_fd",
-	"nfsservctl", "vhangup", "uselib", "ustat", "sysfs", "_sysctl",
-	/* other processes and file handles that bypass paths */
-	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-	"open_by_handle_at", "name_to_handle_at",
-	/* io_uring runs syscalls the filter never sees */
-	"io_uring_setup", "io_uring_enter", "io_uring_register",
-	/* namespaces: no new ones, no joining others */
-	"setns", "unshare",
-	/* NUMA placement: Docker refuses it; a sandbox has no use for it */
-	"get_mempolicy", "set_mempolicy", "set_mempolicy_home_node", "mbind",
-	"migrate_pages", "move_pages",
-	NULL,
+struct sbx_sysent {
+	int nr;
+	const char *name;
 };
-/* clang-format on */
 
-#define SBX_DENY SCMP_ACT_ERRNO(EPERM)
+#include "seccomp_profile.h"
 
-static int sbx_scmp_fail(sbx_err *err, int rc, const char *what)
+#if defined(__x86_64__) && !defined(__ILP32__)
+#include "seccomp_x86_64.h"
+#define SBX_SC_ARCH "x86_64"
+#define SBX_SC_AUDIT_ARCH AUDIT_ARCH_X86_64
+#define SBX_SC_TABLE sbx_sys_x86_64
+/* x32 numbers carry this bit; the top number, -1, is left to the kernel
+ * (it answers ENOSYS; tracers use it to skip a call). */
+#define SBX_SC_FOREIGN_FROM 0x40000000u
+#define SBX_SC_FOREIGN_TO 0xfffffffeu
+#endif
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+#define RET_ERRNO(e) (SECCOMP_RET_ERRNO | ((uint32_t)(e)&SECCOMP_RET_DATA))
+#define RET_ALLOW SECCOMP_RET_ALLOW
+#define RET_KILL SECCOMP_RET_KILL_PROCESS
+
+/* The low 32 bits of argument i: the kernel reads int arguments (socket
+ * family, pid, ioctl request, personality) as 32 bits, so the upper half
+ * must neither hide nor fake a value. */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
+#else
+#define ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i) + 4)
+#endif
+
+#define LD(off) BPF_STMT(BPF_LD | BPF_W | BPF_ABS, (off))
+#define RET(k) BPF_STMT(BPF_RET | BPF_K, (k))
+#define JEQ(k, t, f) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (k), (t), (f))
+
+const char *sbx_seccomp_arch(void)
 {
-	return sbx_err_set(err, SBX_E_EXECUTION, -rc, "seccomp: %s: %s", what, strerror(-rc));
+#ifdef SBX_SC_ARCH
+	return SBX_SC_ARCH;
+#else
+	return NULL;
+#endif
 }
+
+/* ---- the profile ---- */
 
 /* true when name is in the NULL-terminated list. */
 static bool sbx_listed(const char *const *list, const char *name)
@@ -87,202 +100,448 @@ static bool sbx_listed(const char *const *list, const char *name)
 	return false;
 }
 
-/*
- * The syscalls refused only for some arguments.  libseccomp compares one
- * argument once per rule, and a rule matches when all its comparisons do,
- * so "any of these bits" is one rule per bit.  A syscall the caller denies
- * entirely is skipped here: the unconditional rule covers it.
- */
-static int sbx_add_conditional(scmp_filter_ctx ctx, const char *const *extra, sbx_err *err)
+static int sbx_widen_errno(const char *name)
 {
-	static const uint64_t ns_flags[] = {
-		CLONE_NEWUSER, CLONE_NEWNS,  CLONE_NEWPID,    CLONE_NEWNET,
-		CLONE_NEWIPC,  CLONE_NEWUTS, CLONE_NEWCGROUP,
-	};
-	int rc;
 	size_t i;
 
-	/* clone with any namespace flag.  arg0 is the flags on x86_64 and
-	 * arm64 (the raw clone's argument order differs only in later args).
-	 * CLONE_NEWTIME (0x80) is not here: in clone() that bit is part of the
-	 * exit signal; only unshare and clone3 take it, both refused. */
-	if (!sbx_listed(extra, "clone")) {
-		for (i = 0; i < sizeof(ns_flags) / sizeof(ns_flags[0]); i++) {
-			rc = seccomp_rule_add(
-				ctx, SBX_DENY, SCMP_SYS(clone), 1,
-				SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags[i], ns_flags[i]));
-			if (rc < 0)
-				return sbx_scmp_fail(err, rc, "clone rule");
-		}
-	}
-	/* clone3 passes its flags in a struct BPF cannot read.  ENOSYS makes
-	 * glibc (2.34+) fall back to clone, which the rule above checks. */
-	if (!sbx_listed(extra, "clone3")) {
-		rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-		if (rc < 0)
-			return sbx_scmp_fail(err, rc, "clone3 rule");
-	}
-	/* ioctl TIOCSTI (push input into the terminal, i.e. type commands into
-	 * the host's shell) and TIOCLINUX (the same on a VT).  The kernel reads
-	 * the request as 32 bits, so only the low 32 are compared: junk in the
-	 * upper half must not slip past. */
-	if (!sbx_listed(extra, "ioctl")) {
-		rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(ioctl), 1,
-				      SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCSTI));
-		if (rc == 0)
-			rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(ioctl), 1,
-					      SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX));
-		if (rc < 0)
-			return sbx_scmp_fail(err, rc, "ioctl rule");
-	}
-	/* mknod of a character or block device.  FIFOs, sockets and regular
-	 * files stay allowed (build tools make FIFOs). */
-	if (!sbx_listed(extra, "mknod")) {
-		rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(mknod), 1,
-				      SCMP_A1(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFCHR));
-		if (rc == 0)
-			rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(mknod), 1,
-					      SCMP_A1(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFBLK));
-		if (rc < 0)
-			return sbx_scmp_fail(err, rc, "mknod rule");
-	}
-	if (!sbx_listed(extra, "mknodat")) {
-		rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(mknodat), 1,
-				      SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFCHR));
-		if (rc == 0)
-			rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(mknodat), 1,
-					      SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, S_IFBLK));
-		if (rc < 0)
-			return sbx_scmp_fail(err, rc, "mknodat rule");
-	}
-	/* personality: only PER_LINUX (0) and the query 0xffffffff.  The kernel
-	 * reads 32 bits; "not all equal" is "some bit i set while bit i+1
-	 * (cyclically) is clear", one masked compare per i. */
-	if (!sbx_listed(extra, "personality")) {
-		for (i = 0; i < 32; i++) {
-			uint64_t bit = 1ull << i, next = 1ull << ((i + 1) % 32);
-
-			rc = seccomp_rule_add(ctx, SBX_DENY, SCMP_SYS(personality), 1,
-					      SCMP_A0(SCMP_CMP_MASKED_EQ, bit | next, bit));
-			if (rc < 0)
-				return sbx_scmp_fail(err, rc, "personality rule");
-		}
-	}
+	for (i = 0; i < N_OF(sbx_sc_widen); i++)
+		if (strcmp(sbx_sc_widen[i].name, name) == 0)
+			return sbx_sc_widen[i].err;
 	return 0;
 }
 
-/* Export the compiled filter into one malloc'd block: the sock_fprog
- * followed by its instructions. */
-static struct sock_fprog *sbx_export(scmp_filter_ctx ctx, sbx_err *err)
+/* Fill e from the compiled profile; false when the profile does not list
+ * the name (it then gets the default, ENOSYS). */
+static bool sbx_profile_entry(const char *name, sbx_seccomp_entry *e)
 {
-	struct sock_fprog *prog = NULL;
-	off_t size;
-	size_t n;
-	int fd, rc;
+	size_t i;
 
-	fd = memfd_create("sbx-seccomp", MFD_CLOEXEC);
-	if (fd < 0) {
-		sbx_err_set(err, SBX_E_EXECUTION, errno, "seccomp: memfd_create: %s",
-			    strerror(errno));
-		return NULL;
+	e->name = name;
+	e->action = SBX_SC_REFUSED;
+	e->err = ENOSYS;
+	e->rule = NULL;
+	e->widenable = false;
+	if (sbx_listed(sbx_sc_allow, name)) {
+		e->action = SBX_SC_ALLOWED;
+		return true;
 	}
-	rc = seccomp_export_bpf(ctx, fd);
-	if (rc < 0) {
-		sbx_scmp_fail(err, rc, "export");
-		goto out;
+	for (i = 0; i < N_OF(sbx_sc_args); i++) {
+		if (strcmp(sbx_sc_args[i].name, name) == 0) {
+			e->action = SBX_SC_ARGS;
+			e->rule = sbx_sc_args[i].rule;
+			return true;
+		}
 	}
-	size = lseek(fd, 0, SEEK_END);
-	if (size <= 0 || size % sizeof(struct sock_filter) != 0 ||
-	    size / sizeof(struct sock_filter) > BPF_MAXINSNS) {
-		sbx_err_set(err, SBX_E_EXECUTION, 0,
-			    "seccomp: exported filter has a bad size (%jd bytes)", (intmax_t)size);
-		goto out;
+	for (i = 0; i < N_OF(sbx_sc_refuse); i++) {
+		if (strcmp(sbx_sc_refuse[i].name, name) == 0) {
+			e->err = sbx_sc_refuse[i].err;
+			return true;
+		}
 	}
-	n = (size_t)size / sizeof(struct sock_filter);
-	prog = malloc(sizeof(*prog) + (size_t)size);
-	if (!prog) {
-		sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "seccomp: out of memory");
-		goto out;
-	}
-	prog->len = (unsigned short)n;
-	prog->filter = (struct sock_filter *)(prog + 1);
-	if (pread(fd, prog->filter, (size_t)size, 0) != size) {
-		sbx_err_set(err, SBX_E_EXECUTION, errno,
-			    "seccomp: reading the exported filter failed");
-		free(prog);
-		prog = NULL;
-	}
-out:
-	close(fd);
-	return prog;
+	e->err = sbx_widen_errno(name);
+	e->widenable = e->err != 0;
+	if (!e->widenable)
+		e->err = ENOSYS;
+	return e->widenable;
 }
 
-/*
- * See sbx.h.  A name in extra_deny that libseccomp does not know at all is
- * InvalidArgument; a name it knows for other architectures only (e.g.
- * "socketcall" on x86_64) is accepted and refuses nothing, so one policy
- * can serve several architectures.  Names the baseline already refuses
- * are accepted too.  Called once per session, on the host side.
- */
-struct sock_fprog *sbx_seccomp_compile(const char *const *extra_deny, sbx_err *err)
+#ifdef SBX_SC_ARCH
+static const struct sbx_sysent *sbx_sys_find(const char *name)
 {
-	struct sock_fprog *prog = NULL;
-	const char *const *p;
-	scmp_filter_ctx ctx;
-	int rc, nr;
+	size_t i;
 
-	/* Check the caller's names before building anything. */
-	for (p = extra_deny; p && *p; p++) {
-		if (!**p || seccomp_syscall_resolve_name(*p) == __NR_SCMP_ERROR) {
+	for (i = 0; i < N_OF(SBX_SC_TABLE); i++)
+		if (strcmp(SBX_SC_TABLE[i].name, name) == 0)
+			return &SBX_SC_TABLE[i];
+	return NULL;
+}
+#endif
+
+/* See sbx.h. */
+sbx_seccomp_entry *sbx_seccomp_profile(const char *const *deny, const char *const *allow, size_t *n,
+				       sbx_err *err)
+{
+#ifndef SBX_SC_ARCH
+	(void)deny;
+	(void)allow;
+	(void)n;
+	sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+		    "seccomp: no syscall table for this architecture; sbx refuses to run "
+		    "a sandbox unfiltered");
+	return NULL;
+#else
+	const char *const *p;
+	sbx_seccomp_entry *v;
+	size_t i;
+
+	/* A deny name may be one of another architecture only (libseccomp
+	 * knows every architecture's names): it then refuses nothing here, so
+	 * one policy can serve several architectures. */
+	for (p = deny; p && *p; p++) {
+		if (!**p ||
+		    (!sbx_sys_find(*p) && seccomp_syscall_resolve_name(*p) == __NR_SCMP_ERROR)) {
 			sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				    "seccomp_deny: unknown syscall \"%.64s\"", *p);
 			return NULL;
 		}
 	}
+	for (p = allow; p && *p; p++) {
+		sbx_seccomp_entry e;
 
-	ctx = seccomp_init(SCMP_ACT_ALLOW);
-	if (!ctx) {
-		sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "seccomp: seccomp_init failed");
+		if (!sbx_sys_find(*p)) {
+			sbx_err_set(
+				err, SBX_E_INVALID_ARGUMENT, 0,
+				"seccomp_allow: unknown syscall \"%.64s\" (not in the %s table)",
+				*p, SBX_SC_ARCH);
+			return NULL;
+		}
+		sbx_profile_entry(*p, &e);
+		if (e.action == SBX_SC_REFUSED && !e.widenable) {
+			sbx_err_set(
+				err, SBX_E_INVALID_ARGUMENT, 0,
+				"seccomp_allow: \"%.64s\" cannot be allowed (only the widenable "
+				"syscalls can: see --check-policy)",
+				*p);
+			return NULL;
+		}
+	}
+	v = calloc(N_OF(SBX_SC_TABLE), sizeof(*v));
+	if (!v) {
+		sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "seccomp: out of memory");
 		return NULL;
 	}
-	rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
-	if (rc < 0) {
-		sbx_scmp_fail(err, rc, "bad-arch action");
-		goto out;
-	}
-	/* A binary tree instead of a linear scan: every allowed syscall pays
-	 * for the lookup, so keep it short.  Old libseccomp lacks it: fine. */
-	seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+	for (i = 0; i < N_OF(SBX_SC_TABLE); i++) {
+		sbx_seccomp_entry *e = &v[i];
 
-	for (p = sbx_baseline_deny; *p; p++) {
-		/* Negative numbers are libseccomp's pseudo-syscalls: names that
-		 * exist on other architectures only. */
-		nr = seccomp_syscall_resolve_name(*p);
-		if (nr < 0)
-			continue;
-		rc = seccomp_rule_add(ctx, SBX_DENY, nr, 0);
-		if (rc < 0) {
-			sbx_scmp_fail(err, rc, *p);
-			goto out;
+		sbx_profile_entry(SBX_SC_TABLE[i].name, e);
+		e->nr = SBX_SC_TABLE[i].nr;
+		if (e->widenable && sbx_listed(allow, e->name))
+			e->action = SBX_SC_ALLOWED;
+		/* Narrowing turns an allowed call into EPERM; one refused
+		 * already keeps its errno (clone3 must stay ENOSYS). */
+		if (e->action != SBX_SC_REFUSED && sbx_listed(deny, e->name)) {
+			e->action = SBX_SC_REFUSED;
+			e->err = EPERM;
+			e->rule = NULL;
 		}
 	}
-	for (p = extra_deny; p && *p; p++) {
-		nr = seccomp_syscall_resolve_name(*p);
-		if (nr < 0 || sbx_listed(sbx_baseline_deny, *p))
-			continue; /* not on this arch, or refused already */
-		rc = seccomp_rule_add(ctx, SBX_DENY, nr, 0);
-		if (rc < 0) {
-			sbx_scmp_fail(err, rc, *p);
-			goto out;
-		}
+	*n = N_OF(SBX_SC_TABLE);
+	return v;
+#endif
+}
+
+/* How many of the profile's lists name name. */
+static int sbx_profile_count(const char *name)
+{
+	int c = sbx_listed(sbx_sc_allow, name) ? 1 : 0;
+	size_t i;
+
+	for (i = 0; i < N_OF(sbx_sc_args); i++)
+		c += strcmp(sbx_sc_args[i].name, name) == 0;
+	for (i = 0; i < N_OF(sbx_sc_refuse); i++)
+		c += strcmp(sbx_sc_refuse[i].name, name) == 0;
+	for (i = 0; i < N_OF(sbx_sc_widen); i++)
+		c += strcmp(sbx_sc_widen[i].name, name) == 0;
+	return c;
+}
+
+/* The profile names one syscall of this table once: a typo would turn an
+ * allowed call into ENOSYS without a word. */
+static int sbx_check_name(const char *name, sbx_err *err)
+{
+#ifdef SBX_SC_ARCH
+	if (!sbx_sys_find(name))
+		return sbx_err_set(err, SBX_E_EXECUTION, 0,
+				   "seccomp profile: \"%s\" is not in the %s table", name,
+				   SBX_SC_ARCH);
+#endif
+	if (sbx_profile_count(name) != 1)
+		return sbx_err_set(err, SBX_E_EXECUTION, 0,
+				   "seccomp profile: \"%s\" is in more than one list", name);
+	return 0;
+}
+
+/* See sbx.h. */
+int sbx_seccomp_selfcheck(sbx_err *err)
+{
+	const char *const *p;
+	size_t i;
+
+	for (p = sbx_sc_allow; *p; p++)
+		if (sbx_check_name(*p, err) < 0)
+			return -1;
+	for (i = 0; i < N_OF(sbx_sc_args); i++)
+		if (sbx_check_name(sbx_sc_args[i].name, err) < 0)
+			return -1;
+	for (i = 0; i < N_OF(sbx_sc_refuse); i++)
+		if (sbx_check_name(sbx_sc_refuse[i].name, err) < 0)
+			return -1;
+	for (i = 0; i < N_OF(sbx_sc_widen); i++)
+		if (sbx_check_name(sbx_sc_widen[i].name, err) < 0)
+			return -1;
+	return 0;
+}
+
+/* ---- BPF ---- */
+
+#ifndef SBX_SC_ARCH
+/* No table for this architecture: refuse (sbx_seccomp_profile says why). */
+struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
+				       sbx_err *err)
+{
+	size_t n;
+
+	(void)sbx_seccomp_profile(deny, allow, &n, err);
+	return NULL;
+}
+#else
+
+/* Argument blocks: position-independent (jumps are relative), each ends
+ * in a return.  The dispatch tree jumps to them by the syscall's number. */
+/* clang-format off */
+static const struct sock_filter blk_clone[] = {
+	/* CLONE_NEWTIME (0x80) is not here: in clone() that bit is part of
+	 * the exit signal; only unshare and clone3 take it, both refused. */
+	LD(ARG_LO(0)),
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K,
+		 CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+		 CLONE_NEWUTS | CLONE_NEWCGROUP, 0, 1),
+	RET(RET_ERRNO(EPERM)),
+	RET(RET_ALLOW),
+};
+static const struct sock_filter blk_ioctl[] = {
+	/* TIOCSTI pushes input into a terminal (type commands into the
+	 * host's shell); TIOCLINUX does the same on a VT. */
+	LD(ARG_LO(1)),
+	JEQ(TIOCSTI, 2, 0),
+	JEQ(TIOCLINUX, 1, 0),
+	RET(RET_ALLOW),
+	RET(RET_ERRNO(EPERM)),
+};
+/* mknod of a character or block device; FIFOs, sockets and regular files
+ * stay allowed (build tools make FIFOs).  mode is argument 1 of mknod and
+ * 2 of mknodat. */
+#define BLK_MKNOD(arg) {                  \
+	LD(ARG_LO(arg)),                      \
+	BPF_STMT(BPF_ALU | BPF_AND | BPF_K, S_IFMT), \
+	JEQ(S_IFCHR, 2, 0),                   \
+	JEQ(S_IFBLK, 1, 0),                   \
+	RET(RET_ALLOW),                       \
+	RET(RET_ERRNO(EPERM)),                \
+}
+static const struct sock_filter blk_mknod[] = BLK_MKNOD(1);
+static const struct sock_filter blk_mknodat[] = BLK_MKNOD(2);
+static const struct sock_filter blk_personality[] = {
+	/* Only PER_LINUX and the query: no READ_IMPLIES_EXEC, no
+	 * ADDR_NO_RANDOMIZE, no other execution domain. */
+	LD(ARG_LO(0)),
+	JEQ(0 /* PER_LINUX */, 1, 0),
+	JEQ(0xffffffffu, 0, 1),
+	RET(RET_ALLOW),
+	RET(RET_ERRNO(EPERM)),
+};
+static const struct sock_filter blk_socket[] = {
+	/* Families a workload needs.  The rest answers EAFNOSUPPORT, as a
+	 * kernel built without them would (AF_VSOCK is not namespaced: it
+	 * reaches the hypervisor and the host VM's ports whatever the network
+	 * mode).  Netlink only for NETLINK_ROUTE (ip addr, getifaddrs); the
+	 * others, e.g. the host's uevents, answer EPROTONOSUPPORT. */
+	LD(ARG_LO(0)),
+	JEQ(AF_UNIX, 5, 0),
+	JEQ(AF_INET, 4, 0),
+	JEQ(AF_INET6, 3, 0),
+	JEQ(AF_NETLINK, 0, 3),
+	LD(ARG_LO(2)),
+	JEQ(NETLINK_ROUTE, 0, 2),
+	RET(RET_ALLOW),
+	RET(RET_ERRNO(EAFNOSUPPORT)),
+	RET(RET_ERRNO(EPROTONOSUPPORT)),
+};
+static const struct sock_filter blk_socketpair[] = {
+	LD(ARG_LO(0)),
+	JEQ(AF_UNIX, 0, 1),
+	RET(RET_ALLOW),
+	RET(RET_ERRNO(EAFNOSUPPORT)),
+};
+static const struct sock_filter blk_prlimit64[] = {
+	/* A run changes its own limits only, never another process's (e.g.
+	 * sbx-init's, which later runs would inherit). */
+	LD(ARG_LO(0)),
+	JEQ(0, 0, 1),
+	RET(RET_ALLOW),
+	RET(RET_ERRNO(EPERM)),
+};
+/* clang-format on */
+
+static const struct {
+	const struct sock_filter *insns;
+	size_t len;
+} sbx_blocks[] = {
+	[SBX_SC_CLONE] = {blk_clone, N_OF(blk_clone)},
+	[SBX_SC_IOCTL] = {blk_ioctl, N_OF(blk_ioctl)},
+	[SBX_SC_MKNOD] = {blk_mknod, N_OF(blk_mknod)},
+	[SBX_SC_MKNODAT] = {blk_mknodat, N_OF(blk_mknodat)},
+	[SBX_SC_PERSONALITY] = {blk_personality, N_OF(blk_personality)},
+	[SBX_SC_SOCKET] = {blk_socket, N_OF(blk_socket)},
+	[SBX_SC_SOCKETPAIR] = {blk_socketpair, N_OF(blk_socketpair)},
+	[SBX_SC_PRLIMIT64] = {blk_prlimit64, N_OF(blk_prlimit64)},
+};
+
+/* A run of numbers [start, next segment's start) with one answer: a
+ * return value, or (block >= 0) an argument block. */
+struct sbx_seg {
+	uint32_t start;
+	uint32_t ret;
+	int block;
+};
+
+/* Append a segment, merging it into the previous one when they answer
+ * alike. */
+static void sbx_seg_add(struct sbx_seg *s, size_t *n, uint32_t start, uint32_t ret, int block)
+{
+	if (*n > 0 && s[*n - 1].block < 0 && block < 0 && s[*n - 1].ret == ret)
+		return;
+	s[*n].start = start;
+	s[*n].ret = ret;
+	s[*n].block = block;
+	(*n)++;
+}
+
+/* Instructions the dispatch tree over segments [lo, hi] takes. */
+static size_t sbx_tree_size(size_t lo, size_t hi)
+{
+	size_t mid, left;
+
+	if (lo == hi)
+		return 1;
+	mid = lo + (hi - lo + 1) / 2;
+	left = sbx_tree_size(lo, mid - 1);
+	/* jge, plus a trampoline when the left side is out of a conditional
+	 * jump's 8-bit reach */
+	return 1 + (left > 255) + left + sbx_tree_size(mid, hi);
+}
+
+/* Emit the tree at out[*pc]: "nr >= start of the middle segment" splits
+ * the segments in two halves until one is left, whose answer is a return
+ * or a jump to its argument block (at block_at[]). */
+static void sbx_tree_emit(struct sock_filter *out, size_t *pc, const struct sbx_seg *s, size_t lo,
+			  size_t hi, const size_t *block_at)
+{
+	size_t mid, left;
+
+	if (lo == hi) {
+		if (s[lo].block < 0)
+			out[*pc] = (struct sock_filter)RET(s[lo].ret);
+		else
+			out[*pc] = (struct sock_filter)BPF_JUMP(
+				BPF_JMP | BPF_JA, (uint32_t)(block_at[s[lo].block] - *pc - 1), 0,
+				0);
+		(*pc)++;
+		return;
 	}
-	if (sbx_add_conditional(ctx, extra_deny, err) < 0)
+	mid = lo + (hi - lo + 1) / 2;
+	left = sbx_tree_size(lo, mid - 1);
+	if (left > 255) {
+		out[(*pc)++] =
+			(struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, s[mid].start, 0, 1);
+		out[*pc] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JA, (uint32_t)left, 0, 0);
+		(*pc)++;
+	} else {
+		out[(*pc)++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, s[mid].start,
+							    (uint8_t)left, 0);
+	}
+	sbx_tree_emit(out, pc, s, lo, mid - 1, block_at);
+	sbx_tree_emit(out, pc, s, mid, hi, block_at);
+}
+
+static int sbx_args_block(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < N_OF(sbx_sc_args); i++)
+		if (strcmp(sbx_sc_args[i].name, name) == 0)
+			return (int)sbx_sc_args[i].id;
+	return -1;
+}
+
+/*
+ * See sbx.h.  Called once per session, on the host side.  Layout:
+ * the architecture check, the number load, the dispatch tree, then the
+ * argument blocks.
+ */
+struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
+				       sbx_err *err)
+{
+	static const struct sock_filter head[] = {
+		LD(offsetof(struct seccomp_data, arch)),
+		JEQ(SBX_SC_AUDIT_ARCH, 1, 0),
+		RET(RET_KILL),
+		LD(offsetof(struct seccomp_data, nr)),
+	};
+	struct sbx_seg *seg = NULL;
+	struct sock_fprog *prog = NULL;
+	struct sock_filter *f;
+	sbx_seccomp_entry *v;
+	size_t n, nseg = 0, i, pc, total;
+	size_t block_at[N_OF(sbx_blocks)] = {0};
+	uint32_t next = 0;
+
+	v = sbx_seccomp_profile(deny, allow, &n, err);
+	if (!v)
+		return NULL;
+	/* At most: a gap and an entry per syscall, and the foreign ranges. */
+	seg = calloc(2 * n + 3, sizeof(*seg));
+	if (!seg)
+		goto nomem;
+	for (i = 0; i < n; i++) {
+		uint32_t nr = (uint32_t)v[i].nr;
+
+		if (nr > next)
+			sbx_seg_add(seg, &nseg, next, RET_ERRNO(ENOSYS), -1);
+		if (v[i].action == SBX_SC_ALLOWED)
+			sbx_seg_add(seg, &nseg, nr, RET_ALLOW, -1);
+		else if (v[i].action == SBX_SC_REFUSED)
+			sbx_seg_add(seg, &nseg, nr, RET_ERRNO(v[i].err), -1);
+		else
+			sbx_seg_add(seg, &nseg, nr, 0, sbx_args_block(v[i].name));
+		next = nr + 1;
+	}
+	sbx_seg_add(seg, &nseg, next, RET_ERRNO(ENOSYS), -1);
+	sbx_seg_add(seg, &nseg, SBX_SC_FOREIGN_FROM, RET_KILL, -1);
+	sbx_seg_add(seg, &nseg, SBX_SC_FOREIGN_TO + 1, RET_ERRNO(ENOSYS), -1);
+
+	total = N_OF(head) + sbx_tree_size(0, nseg - 1);
+	for (i = 0; i < N_OF(sbx_blocks); i++) {
+		block_at[i] = total;
+		total += sbx_blocks[i].len;
+	}
+	if (total > BPF_MAXINSNS) {
+		sbx_err_set(err, SBX_E_EXECUTION, 0, "seccomp: the filter is too long (%zu)",
+			    total);
 		goto out;
-	prog = sbx_export(ctx, err);
+	}
+	prog = malloc(sizeof(*prog) + total * sizeof(*f));
+	if (!prog)
+		goto nomem;
+	f = (struct sock_filter *)(prog + 1);
+	memcpy(f, head, sizeof(head));
+	pc = N_OF(head);
+	sbx_tree_emit(f, &pc, seg, 0, nseg - 1, block_at);
+	for (i = 0; i < N_OF(sbx_blocks); i++) {
+		memcpy(f + pc, sbx_blocks[i].insns, sbx_blocks[i].len * sizeof(*f));
+		pc += sbx_blocks[i].len;
+	}
+	prog->len = (unsigned short)pc;
+	prog->filter = f;
+	goto out;
+nomem:
+	sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "seccomp: out of memory");
 out:
-	seccomp_release(ctx);
+	free(seg);
+	free(v);
 	return prog;
 }
+#endif /* SBX_SC_ARCH */
 
 /* Free a program from sbx_seccomp_compile (one block).  Safe on NULL. */
 void sbx_seccomp_free(struct sock_fprog *prog)

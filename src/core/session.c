@@ -1178,7 +1178,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	}
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
-	prog = sbx_seccomp_compile(o->seccomp_deny, err);
+	prog = sbx_seccomp_compile(o->seccomp_deny, o->seccomp_allow, err);
 	if (!prog)
 		goto fail;
 	if (s->none) {

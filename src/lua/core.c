@@ -44,8 +44,8 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 
 static const char *const session_fields[] = {
 	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
-	"seccomp_deny", "host_uid", "aux_uid", "tmp_bytes", "shm_bytes", "lifetime_ms",
-	"memory_bytes", "cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile",
+	"seccomp_deny", "seccomp_allow", "host_uid", "aux_uid", "tmp_bytes", "shm_bytes",
+	"lifetime_ms", "memory_bytes", "cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile",
 	"fsize_bytes", "run_uid",
 	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", "warm_runs", "network_mode", "proxy_port",
 	"open_deny", NULL,
@@ -114,6 +114,7 @@ static int session_open(lua_State *L, bool start)
 	o.system_ro = lsbx_opt_strv(L, 1, "system_ro", false, NULL);
 	o.etc_files = lsbx_opt_strv(L, 1, "etc_files", false, NULL);
 	o.seccomp_deny = lsbx_opt_strv(L, 1, "seccomp_deny", false, NULL);
+	o.seccomp_allow = lsbx_opt_strv(L, 1, "seccomp_allow", false, NULL);
 	o.binds = opt_binds(L, 1, &o.n_binds);
 	/* (uid_t)-1 means "no change" to the kernel: never a valid mapping. */
 	o.host_uid = (uid_t)lsbx_opt_int(L, 1, "host_uid", 0, (int64_t)UINT32_MAX - 1, 0);
@@ -480,6 +481,7 @@ static const luaL_Reg core_functions[] = {
 	{ "realpath", l_realpath },
 	{ "protect_from_oom", l_protect_from_oom },
 	{ "monotonic_ms", l_monotonic_ms },
+	{ "seccomp_profile", lsbx_seccomp_profile },
 	{ NULL, NULL },
 };
 

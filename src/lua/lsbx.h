@@ -83,4 +83,7 @@ bool lsbx_arg_bool(lua_State *L, int idx, const char *what, bool def);
  */
 const char **lsbx_opt_strv(lua_State *L, int idx, const char *field, bool required, size_t *n);
 
+/* core.seccomp_profile{deny=, allow=} (seccomp.c). */
+int lsbx_seccomp_profile(lua_State *L);
+
 #endif
