@@ -35,6 +35,10 @@ M.SESSION_KEYS = {
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
+  -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
+  -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
+  -- policy's hooks see as ctx.origin / ctx.tenant (default origin "local").
+  "wait", "caller",
 }
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",

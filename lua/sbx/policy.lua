@@ -68,6 +68,9 @@ M.MAX_HOOK_MEMORY_MB = 1024
 -- Largest policy file accepted.
 M.MAX_BYTES = 1024 * 1024
 M.HOOKS = { "on_session_open", "on_run", "on_connect", "on_close" }
+-- Session options that are the host's business, not the request's: the
+-- hooks never see them, nor may they return them.
+local HOST_KEYS = { policy = true, proxy_host = true, wait = true, caller = true }
 
 -- Bind paths no policy can allow, whatever it says: a typo in a policy
 -- must not expose the host's kernel interfaces or its configuration.
@@ -556,14 +559,20 @@ local function normalize(raw, path)
 end
 
 -- compile(path, opts) -> a generation: the normalized policy with its hooks
--- and sandbox.  Raises PolicyDenied (rule "policy.load").
+-- and sandbox.  Raises PolicyDenied (rule "policy.load").  opts: log (the
+-- sink of the policy's log lines), source (the file's text, already read:
+-- sbxd's policy worker compiles exactly what the loop did), hook_runner
+-- (who calls the hooks: see call_hook).
 function M.compile(path, opts)
   opts = opts or {}
   local file = M.resolve(path)
-  local f, err = io.open(file, "rb")
-  if not f then errors.raise(deny(file, "cannot read it: " .. tostring(err))) end
-  local source = f:read(M.MAX_BYTES + 1)
-  f:close()
+  local source = opts.source
+  if type(source) ~= "string" then
+    local f, err = io.open(file, "rb")
+    if not f then errors.raise(deny(file, "cannot read it: " .. tostring(err))) end
+    source = f:read(M.MAX_BYTES + 1)
+    f:close()
+  end
   source = source or ""
   if #source > M.MAX_BYTES then
     errors.raise(deny(file, ("larger than %d bytes"):format(M.MAX_BYTES)))
@@ -582,6 +591,7 @@ function M.compile(path, opts)
   if not ok then error(gen, 0) end
   label[1] = gen.name
   gen.state, gen.emit = state, emit
+  gen.file, gen.source, gen.runner = file, source, opts.hook_runner
   state.memory_kb = gen.limits.memory_mb * 1024
   gen.loaded_at = os.time()
   gen.allow_matcher = gen.network.allowlist and match.compile(gen.network.allowlist, "network.allowlist")
@@ -598,10 +608,23 @@ local function hook_denied(gen, hook, cause, fields)
   return e
 end
 
+-- run_hook(gen, hook, ...) -> pcall's results as a table (n, exceeded):
+-- the hook called here, under its budget and deadline.  sbxd's policy
+-- worker calls it in its own Lua state (lua/sbx/server/hookworker.lua).
+function M.run_hook(gen, hook, ...)
+  return guard(gen.state, gen.limits.instructions, gen.limits.ms, gen.hooks[hook], ...)
+end
+
 -- call(gen, hook, allow_table, ...) -> "allow" | "adjust", table | raises.
+-- A generation compiled with a hook_runner (sbxd) has its hooks called by
+-- it, with run_hook's results; it is how sbxd runs them off its loop.
 local function call_hook(gen, hook, allow_table, ...)
-  local fn = gen.hooks[hook]
-  local res = guard(gen.state, gen.limits.instructions, gen.limits.ms, fn, ...)
+  local res
+  if gen.runner then
+    res = gen.runner(gen, hook, ...)
+  else
+    res = M.run_hook(gen, hook, ...)
+  end
   if res.exceeded then
     errors.raise(hook_denied(gen, hook, "was stopped: " .. res[2], { cause = "timeout" }))
   end
@@ -779,7 +802,7 @@ function Engine:session_open(req, ctx, gen)
       local keys = {}
       for _, k in ipairs(paths.SESSION_KEYS) do keys[k] = true end
       for k in pairs(r) do
-        if not keys[k] or k == "policy" then malformed(gen, "on_session_open", "unknown field " .. tostring(k)) end
+        if not keys[k] or HOST_KEYS[k] then malformed(gen, "on_session_open", "unknown field " .. tostring(k)) end
       end
       req = M.check_session_ceilings(gen, data_copy(r))
     end
@@ -979,12 +1002,19 @@ end
 function Engine:close(session, ctx, gen)
   gen = self:for_session(gen)
   if not gen.hooks.on_close then return end
-  local res = guard(gen.state, gen.limits.instructions, gen.limits.ms, gen.hooks.on_close,
-    data_copy(session or {}), hook_ctx(gen, ctx))
+  local res = (gen.runner or M.run_hook)(gen, "on_close", data_copy(session or {}), hook_ctx(gen, ctx))
   if not res[1] then gen.emit("on_close failed: " .. tostring(res[2])) end
 end
 
 -- ---- glue for on-device sessions (sbx.session) ----
+
+-- caller_ctx(caller) -> the ctx a hook sees for who asked: origin
+-- ("local" on-device, "sbxd" for the remote API) and, from sbxd, tenant.
+function M.caller_ctx(caller)
+  local c = type(caller) == "table" and caller or {}
+  return { origin = type(c.origin) == "string" and c.origin or "local",
+    tenant = type(c.tenant) == "string" and c.tenant or nil }
+end
 
 -- admit_session(opts, octx) -> normalized session options (sbx.options),
 -- gen.  The caller's options are checked (sbx.options), then the policy's
@@ -995,12 +1025,12 @@ function Engine:admit_session(opts, octx)
   local o = paths.session(opts, gen, octx)
   local req = {}
   for k, v in pairs(opts) do
-    if k ~= "policy" then req[k] = v end
+    if not HOST_KEYS[k] then req[k] = v end
   end
   req.backend, req.network_mode, req.timeout_s = o.backend, o.network_mode, o.timeout_s
   req.max_file_bytes = o.max_file_bytes
   local hooked = gen.hooks.on_session_open ~= nil
-  local r = self:session_open(req, { origin = "local" }, gen)
+  local r = self:session_open(req, M.caller_ctx(octx and octx.caller), gen)
   if hooked or gen.ceilings.clamp then
     local ok, o2 = pcall(paths.session, r, gen, octx)
     if not ok then
@@ -1036,8 +1066,9 @@ function Engine:admit_run(st, cmd, opts, extra_keys)
     timeout_s = o.timeout_ms and o.timeout_ms / 1000 or nil, network_mode = o.network_mode,
     stdin = o.stdin_data ~= nil,
   }
-  local ctx = { origin = "local", session = { id = st.id, name = st.name, backend = st.backend,
-    network_mode = st.network_mode, created_at = st.created_at, work_dir = st.work_dir } }
+  local ctx = M.caller_ctx(st.caller)
+  ctx.session = { id = st.id, name = st.name, backend = st.backend,
+    network_mode = st.network_mode, created_at = st.created_at, work_dir = st.work_dir }
   local r = self:run(req, ctx, gen)
   o.argv = r.argv
   for _, a in ipairs(o.argv) do

@@ -117,6 +117,41 @@ local function gpu_env(cs, env)
   return out
 end
 
+-- The core session, opened in two steps around wait(fd, deadline_ms) (a
+-- host's event loop: sbxd), so the sandbox's setup never blocks the
+-- caller's thread.  -> cs | nil, kind, msg; a session that does not
+-- become ready by the deadline, or whose wait fails (the client went
+-- away), is closed here.
+local function open_waiting(c, copts, wait)
+  local deadline = c.monotonic_ms() + c.SESSION_READY_TIMEOUT_MS
+  -- The start itself (work dir, cgroup, clone) takes the host's thread a
+  -- few ms: let its loop have a turn first, so opens arriving together
+  -- are spread over turns.
+  local ok, why = wait(nil, deadline)
+  if not ok then return nil, "SandboxExecutionError", "the session open was abandoned: " .. tostring(why) end
+  local cs, kind, msg = c.session_start(copts)
+  if not cs then return nil, kind, msg end
+  while true do
+    local fd = cs:ready_fd()
+    local ok, why = true, nil
+    if fd then ok, why = wait(fd, deadline) end
+    if not ok then
+      cs:close()
+      if why == "timeout" then
+        return nil, "SandboxExecutionError",
+          ("the sandbox did not become ready within %d ms"):format(c.SESSION_READY_TIMEOUT_MS)
+      end
+      return nil, "SandboxExecutionError", "the session open was abandoned: " .. tostring(why)
+    end
+    local done, k2, m2 = cs:finish()
+    if done then return cs end
+    if done == nil then
+      cs:close()
+      return nil, k2, m2
+    end
+  end
+end
+
 -- open(opts) -> owner Session.  See the Lua API in DESIGN.md; raises
 -- InvalidArgument, PolicyDenied, BackendUnavailable, SandboxExecutionError.
 function M.open(opts)
@@ -131,6 +166,7 @@ function M.open(opts)
   local o, gen = pol:admit_session(opts, {
     realpath = c and function(p) return (c.realpath(p)) end,
     extra_forbidden = default_state_dirs(),
+    caller = opts.caller,
   })
   if not c then
     errors.raise(errors.BackendUnavailable(o.backend,
@@ -140,7 +176,7 @@ function M.open(opts)
   local binds = {}
   for _, p in ipairs(o.read_only_paths) do binds[#binds + 1] = { path = p, writable = false } end
   for _, p in ipairs(o.read_write_paths) do binds[#binds + 1] = { path = p, writable = true } end
-  local cs, kind, msg = c.session_open {
+  local copts = {
     backend = o.backend,
     work_dir = o.work_dir,
     state_dir = o.state_dir,
@@ -167,6 +203,12 @@ function M.open(opts)
     gpu_paths = (o.gpus or 0) > 0 and gpu_paths(gen) or nil,
     gpu_shared = (o.gpus or 0) > 0 and gen.ceilings.gpu_shared == true or nil,
   }
+  local cs, kind, msg
+  if opts.wait then
+    cs, kind, msg = open_waiting(c, copts, opts.wait)
+  else
+    cs, kind, msg = c.session_open(copts)
+  end
   if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
   if (o.gpus or 0) > 0 then o.env = gpu_env(cs, o.env) end
   local id = random_hex(16)
@@ -186,6 +228,7 @@ function M.open(opts)
     env = o.env,
     max_file_bytes = o.max_file_bytes,
     timeout_s = o.timeout_s,
+    caller = opts.caller, -- { origin, tenant }: what hooks see (sbx.policy caller_ctx)
     closed = false,
   }
   -- An open session's runs may narrow to allowlist: it has a proxy too.
@@ -211,13 +254,15 @@ function start_proxy(c, st, host)
     network_mode = "allowlist",
     allowlist = st.network_allowlist,
     denylist = st.network_denylist,
-    origin = "local",
   }
+  for k, v in pairs(policy.caller_ctx(st.caller)) do ctx[k] = v end
   local engine, gen = st.engine, st.policy
   local decide = function(q) return engine:proxy_verdict(q, ctx, gen) end
   if host then
     -- A host with an event loop of its own (sbxd) serves it there.
-    host:add(fd, st.id, decide)
+    -- (and, where the policy has on_connect, asks its policy worker with
+    -- the same engine, generation and context)
+    host:add(fd, st.id, decide, { engine = engine, gen = gen, ctx = ctx })
     st.proxy = { close = function() host:remove(st.id) end }
     return
   end
@@ -371,7 +416,9 @@ local function file_error(kind, msg)
   return errors.from_core(kind, msg)
 end
 
-function Session:put_bytes(path, data)
+-- writer (sbxd only): function(core_session, rel_path, data, max_bytes)
+-- -> true | nil, kind, msg, doing the core's put elsewhere (off its loop).
+function Session:put_bytes(path, data, writer)
   local st = live(self)
   local rel = rel_path(st, path)
   if type(data) ~= "string" then
@@ -381,7 +428,12 @@ function Session:put_bytes(path, data)
     errors.raise(errors.InvalidArgument("data",
       ("%d bytes is over the session's max_file_bytes (%d)"):format(#data, st.max_file_bytes)))
   end
-  local ok, kind, msg = st.core:put(rel, data, st.max_file_bytes)
+  local ok, kind, msg
+  if writer then
+    ok, kind, msg = writer(st.core, rel, data, st.max_file_bytes)
+  else
+    ok, kind, msg = st.core:put(rel, data, st.max_file_bytes)
+  end
   if not ok then errors.raise(file_error(kind, msg)) end
 end
 
@@ -448,7 +500,7 @@ function Session:close()
   if st.proxy then st.proxy:close() end
   local ok, _, msg = st.core:close()
   st.engine:close({ id = st.id, name = st.name, backend = st.backend, created_at = st.created_at,
-    work_dir = st.work_dir }, { origin = "local" }, st.policy)
+    work_dir = st.work_dir }, policy.caller_ctx(st.caller), st.policy)
   if not ok then
     errors.raise(errors.SandboxExecutionError("closing the session: " .. tostring(msg), st.backend, 0))
   end

@@ -67,7 +67,7 @@ struct listener {
 	struct listener *next;
 };
 
-enum state { ST_HEAD, ST_SOCKS_REQ, ST_RESOLVING, ST_CONNECTING, ST_RELAY, ST_DEAD };
+enum state { ST_HEAD, ST_SOCKS_REQ, ST_DECIDING, ST_RESOLVING, ST_CONNECTING, ST_RELAY, ST_DEAD };
 enum mode { M_UNKNOWN, M_CONNECT, M_FORWARD, M_SOCKS };
 
 /* One direction of a relay: src -> dst. */
@@ -99,6 +99,8 @@ struct conn {
 	char host[SBX_PROXY_HOST_MAX + 1];
 	uint16_t port;
 	sbx_resolve_job *job;
+	uint64_t ticket;              /* ST_DECIDING: the question waiting */
+	sbx_proxy_phase pending_phase; /* ... and its phase */
 	struct sockaddr_storage addrs[SBX_PROXY_MAX_ADDRS];
 	size_t n_addrs, next_addr;
 	int last_errno;
@@ -120,6 +122,7 @@ struct sbx_proxy {
 	struct conn *conns, *dead;
 	uint64_t timer_at;
 	uint64_t lookups;
+	uint64_t next_ticket;
 	sbx_proxy_stats st;
 };
 
@@ -609,15 +612,36 @@ static void refuse(struct conn *c, const sbx_proxy_verdict *v)
 	conn_fail(c, 403, 0x02, v->reason[0] ? v->reason : "not allowed");
 }
 
-/* Ask the decider about q; false when it refuses (the client is told). */
-static bool ask(struct conn *c, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+enum { ASK_REFUSED, ASK_ALLOWED, ASK_PENDING };
+
+/* Ask the decider about q: refused (the client is told), allowed, or
+ * pending (the verdict comes through sbx_proxy_decided; c waits). */
+static int ask(struct conn *c, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 {
+	sbx_proxy_query qq = *q;
+
+	qq.ticket = c->ticket = ++c->p->next_ticket;
 	memset(v, 0, sizeof(*v));
-	c->p->cfg.decide(c->p->cfg.ud, q, v);
+	c->p->cfg.decide(c->p->cfg.ud, &qq, v);
 	verdict_terminate(v);
+	if (v->pending && !v->allow) {
+		c->st = ST_DECIDING;
+		c->pending_phase = q->phase;
+		c->deadline = now_ms() + c->p->cfg.header_timeout_ms;
+		conn_update(c);
+		return ASK_PENDING;
+	}
 	if (!v->allow)
 		refuse(c, v);
-	return v->allow;
+	return v->allow ? ASK_ALLOWED : ASK_REFUSED;
+}
+
+/* decide(ADDRS) allowed: dial. */
+static void addrs_allowed(struct conn *c)
+{
+	c->p->st.allowed++;
+	c->next_addr = 0;
+	dial_next(c);
 }
 
 /* decide(ADDRS) over c->addrs, then dial. */
@@ -639,24 +663,17 @@ static void check_addrs(struct conn *c)
 			snprintf(text[i], sizeof(text[i]), "?");
 		ptrs[i] = text[i];
 	}
-	if (!ask(c, &q, &v))
-		return;
-	p->st.allowed++;
-	c->next_addr = 0;
-	dial_next(c);
+	(void)p;
+	if (ask(c, &q, &v) == ASK_ALLOWED)
+		addrs_allowed(c);
 }
 
-/* The target is known (c->host, c->port, c->kind): decide(NAME). */
-static void on_target(struct conn *c)
+/* decide(NAME) allowed: dial the literal, or resolve the name. */
+static void name_allowed(struct conn *c, const sbx_proxy_verdict *vp)
 {
 	sbx_proxy *p = c->p;
-	sbx_proxy_query q = { .phase = SBX_PROXY_NAME, .kind = c->kind, .host = c->host,
-			      .port = c->port, .tag = c->tag };
-	sbx_proxy_verdict v;
+	sbx_proxy_verdict v = *vp;
 
-	c->deadline = 0;
-	if (!ask(c, &q, &v))
-		return;
 	if (v.literal[0] && v.resolve[0]) {
 		conn_fail(c, 403, 0x02, "decider gave both a literal and a name to resolve");
 		return;
@@ -693,6 +710,18 @@ static void on_target(struct conn *c)
 	p->lookups++;
 	sbx_resolver_submit(p->res, j);
 	conn_update(c);
+}
+
+/* The target is known (c->host, c->port, c->kind): decide(NAME). */
+static void on_target(struct conn *c)
+{
+	sbx_proxy_query q = { .phase = SBX_PROXY_NAME, .kind = c->kind, .host = c->host,
+			      .port = c->port, .tag = c->tag };
+	sbx_proxy_verdict v;
+
+	c->deadline = 0;
+	if (ask(c, &q, &v) == ASK_ALLOWED)
+		name_allowed(c, &v);
 }
 
 static void on_resolved(sbx_proxy *p)
@@ -883,6 +912,9 @@ static void on_expired(struct conn *c)
 	case ST_CONNECTING:
 		c->last_errno = ETIMEDOUT;
 		dial_next(c);
+		break;
+	case ST_DECIDING:
+		conn_fail(c, 403, 0x02, "the policy did not decide in time");
 		break;
 	case ST_RELAY:
 		conn_close(c);
@@ -1102,6 +1134,28 @@ int sbx_proxy_step(sbx_proxy *p, int timeout_ms, sbx_err *err)
 			break;
 		}
 	}
+	run_timers(p);
+	reap(p);
+	return 0;
+}
+
+int sbx_proxy_decided(sbx_proxy *p, uint64_t ticket, const sbx_proxy_verdict *vp)
+{
+	struct conn *c = p->conns;
+	sbx_proxy_verdict v = *vp;
+
+	while (c && !(c->st == ST_DECIDING && c->ticket == ticket))
+		c = c->next;
+	if (!c)
+		return -1;
+	verdict_terminate(&v);
+	c->deadline = 0;
+	if (!v.allow || v.pending)
+		refuse(c, &v);
+	else if (c->pending_phase == SBX_PROXY_NAME)
+		name_allowed(c, &v);
+	else
+		addrs_allowed(c);
 	run_timers(p);
 	reap(p);
 	return 0;

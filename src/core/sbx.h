@@ -122,6 +122,38 @@ typedef struct sbx_session sbx_session;
  * lacks what the backend needs, with how to fix it).
  */
 sbx_session *sbx_session_open(const sbx_session_opts *opts, sbx_err *err);
+/*
+ * sbx_session_open in two steps, for a host with an event loop (sbxd) that
+ * must not wait SBX_SESSION_READY_TIMEOUT_MS for the sandbox to set up:
+ *
+ *   sbx_session_start   everything up to the zygote's setup, which goes on
+ *                       in the background; returns the session (owned by the
+ *                       caller, not usable for runs until finished) or NULL
+ *                       with err.  Backends without a zygote come back
+ *                       finished.
+ *   sbx_session_ready_fd  an fd (owned by the session) that becomes readable
+ *                       when sbx_session_finish will not wait; -1 once
+ *                       finished.
+ *   sbx_session_finish  read the sandbox's ready message, waiting up to
+ *                       timeout_ms (0: not at all).  Returns 0 (ready),
+ *                       1 (not yet: call again), or -1 with err (the setup
+ *                       failed).  On 1 and -1 the session is still the
+ *                       caller's, who closes it with sbx_session_close when
+ *                       it gives up (its own deadline, or the failure).
+ */
+#define SBX_SESSION_READY_TIMEOUT_MS 10000
+sbx_session *sbx_session_start(const sbx_session_opts *opts, sbx_err *err);
+int sbx_session_ready_fd(const sbx_session *s);
+int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
+/*
+ * An fd (owned by the session) that is readable when the zygote has a warm
+ * run on offer (with a memory ceiling: once the session's placer thread
+ * has put it in its run cgroup), so that the next sbx_run_start finds one
+ * without waiting;
+ * -1 when there is nothing to wait for (backends without a zygote, or a
+ * warm run of this mode already set aside).
+ */
+int sbx_session_offer_fd(const sbx_session *s, sbx_net mode);
 /* End every process of the session, remove what it created (not a pinned
  * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when
  * cleanup could not remove something (it still frees the session). */

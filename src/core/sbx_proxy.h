@@ -22,7 +22,8 @@
  * readable whenever sbx_proxy_step has work, so sbxd puts it on h2o's loop
  * and an on-device host runs it in a loop of its own.  Name resolution runs
  * on worker threads (getaddrinfo blocks); everything else, decide included,
- * runs inside sbx_proxy_step on the caller's thread.
+ * runs inside sbx_proxy_step on the caller's thread.  A decider may also
+ * answer later (verdict.pending, then sbx_proxy_decided).
  */
 #ifndef SBX_PROXY_H
 #define SBX_PROXY_H
@@ -52,6 +53,7 @@ typedef struct sbx_proxy_query {
 	const char *const *addrs;
 	size_t n_addrs;
 	void *tag;          /* the tag of the listener the connection came in on */
+	uint64_t ticket;    /* names this question to sbx_proxy_decided */
 } sbx_proxy_query;
 
 typedef struct sbx_proxy_verdict {
@@ -64,6 +66,11 @@ typedef struct sbx_proxy_verdict {
 	 * Both empty on an allowed verdict: refused as a decider bug. */
 	char literal[64];
 	char resolve[256];
+	/* The decider answers later, with sbx_proxy_decided(q->ticket, ...)
+	 * (a host whose policy runs elsewhere: sbxd).  The connection waits,
+	 * reading nothing, until then or until header_timeout_ms passes
+	 * (then it is refused). */
+	bool pending;
 } sbx_proxy_verdict;
 
 /* Called from sbx_proxy_step.  v arrives zeroed (deny); the decider fills
@@ -106,6 +113,10 @@ int sbx_proxy_fd(const sbx_proxy *p);
  * forever) for something to be.  Returns 0, or -1 with err on a failure of
  * the proxy itself (not of a connection). */
 int sbx_proxy_step(sbx_proxy *p, int timeout_ms, sbx_err *err);
+/* The verdict on a question whose decide said pending.  Not from inside
+ * decide (nor sbx_proxy_step).  Returns 0, or -1 when the connection is
+ * gone meanwhile (nothing to do). */
+int sbx_proxy_decided(sbx_proxy *p, uint64_t ticket, const sbx_proxy_verdict *v);
 void sbx_proxy_get_stats(const sbx_proxy *p, sbx_proxy_stats *st);
 /* Close everything, join the resolver threads, free.  Safe on NULL. */
 void sbx_proxy_free(sbx_proxy *p);

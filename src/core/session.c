@@ -37,7 +37,7 @@
 
 #include "internal.h"
 
-#define READY_TIMEOUT_MS 10000
+#define READY_TIMEOUT_MS SBX_SESSION_READY_TIMEOUT_MS
 #define DEFAULT_TMP_BYTES (256ull << 20)
 #define DEFAULT_SHM_BYTES (64ull << 20)
 #define DEFAULT_NOFILE 1024
@@ -96,6 +96,10 @@ struct sbx_session {
 	size_t n_idle[SBX_NET_NMODES];
 	size_t max_idle;
 	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
+	/* Between sbx_session_start and sbx_session_finish: the zygote is
+	 * setting up; finish reads its ready message on ctl_fd. */
+	bool pending;
+	char **open_deny; /* open: the caller's deny list, copied for finish */
 };
 
 /* Wait for the zygote's next offer of a warm init (with a memory
@@ -322,6 +326,14 @@ int sbx_session_reuse_fd(const sbx_session *s)
 	return s->inbox[1];
 }
 
+int sbx_session_offer_fd(const sbx_session *s, sbx_net mode)
+{
+	if (s->none || s->pending || mode >= SBX_NET_NMODES || s->spare[mode].sock >= 0)
+		return -1;
+	/* With a memory ceiling an offer is ready once it is placed. */
+	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
+}
+
 /* Let an offer go: closing its socket ends the init; its cgroup goes. */
 static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 {
@@ -345,6 +357,9 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 		return take_direct(s, sock, pidfd, err);
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
+	if (s->pending)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "the session is still setting up (sbx_session_finish first)");
 	/* A given-back init that is ready costs the zygote nothing, and asks
 	 * for no new offer. */
 	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd))
@@ -658,6 +673,15 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	 * terminal's Ctrl-C, or any signal to the caller's group, reaches
 	 * neither us nor the inits we fork. */
 	setsid();
+	/* Tests only: hold the setup until someone opens this FIFO for
+	 * writing, so a spec can keep a session open pending as long as it
+	 * likes (tests/spec/server_loop_spec.lua).  Delays only this session. */
+	const char *hold = getenv("SBX_TEST_HOLD_OPEN_FIFO");
+	if (hold && *hold) {
+		int h = open(hold, O_RDONLY | O_CLOEXEC);
+		if (h >= 0)
+			close(h);
+	}
 	/* Nothing of the host process may reach the sandbox: not its other
 	 * sessions' sockets, not its terminal. */
 	int keep[3] = {sync_fd, ctl_fd, image_fd};
@@ -738,19 +762,21 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	sbx_zygote_fail(ctl_fd, &err);
 }
 
-/* The ready message; *open_ns receives the open namespace's fd (or -1). */
-static int wait_ready(sbx_session *s, int *open_ns, sbx_err *err)
+/* The ready message, waiting up to timeout_ms for it; *open_ns receives
+ * the open namespace's fd (or -1).  Returns 0, 1 when it has not come yet,
+ * or -1 with err. */
+static int wait_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err)
 {
 	struct sbx_proto_ready ready;
 	struct pollfd pfd = {s->ctl_fd, POLLIN, 0};
 	int fds[2] = {-1, -1};
 	size_t nfds;
+	int n;
 
-	int n = poll(&pfd, 1, READY_TIMEOUT_MS);
+	while ((n = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
+		;
 	if (n == 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
-				   "the sandbox did not become ready within %d ms",
-				   READY_TIMEOUT_MS);
+		return 1;
 	memset(&ready, 0, sizeof(ready));
 	ssize_t got = sbx_proto_recv_fds(s->ctl_fd, &ready, sizeof(ready), fds, 2, &nfds);
 	size_t i = 0;
@@ -978,9 +1004,33 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	return 0;
 }
 
-sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
+/* A NULL-terminated copy of a string list (NULL for NULL); false when out of memory. */
+static bool strv_dup(const char *const *v, char ***out)
 {
-	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, open_ns = -1;
+	size_t n = 0;
+
+	*out = NULL;
+	if (!v)
+		return true;
+	while (v[n])
+		n++;
+	char **c = calloc(n + 1, sizeof(*c));
+	if (!c)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(c[i] = strdup(v[i]))) {
+			while (i--)
+				free(c[i]);
+			free(c);
+			return false;
+		}
+	*out = c;
+	return true;
+}
+
+sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
+{
+	int sync[2] = {-1, -1}, ctl[2] = {-1, -1};
 	struct sock_fprog *prog = NULL;
 	sbx_session *s;
 
@@ -1139,35 +1189,68 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	}
 	close(sync[1]);
 	sync[1] = -1;
-	if (wait_ready(s, &open_ns, err) < 0)
-		goto fail;
-	/* Each warm init goes into its run cgroup as it is offered. */
-	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
-		goto fail;
-	if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
-	    (s->net >= SBX_NET_OPEN && open_ns < 0)) {
-		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
-			    "the sandbox did not hand over its %s network", sbx_net_name(s->net));
-		goto fail;
-	}
-	if (open_ns >= 0 && connect_open(s, open_ns, o->open_deny, err) < 0)
-		goto fail;
-	if (open_ns >= 0)
-		close(open_ns);
-	open_ns = -1;
 	/* The zygote has its own copy; ours is no longer needed. */
 	sbx_seccomp_free(prog);
+	if (!strv_dup(o->open_deny, &s->open_deny)) {
+		sbx_session_close(s, NULL);
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
+	}
+	s->pending = true;
 	return s;
 fail:
 	for (int i = 0; i < 2; i++) {
 		if (sync[i] >= 0)
 			close(sync[i]);
 	}
-	if (open_ns >= 0)
-		close(open_ns);
 	if (ctl[1] >= 0)
 		close(ctl[1]);
 	sbx_seccomp_free(prog);
+	sbx_session_close(s, NULL);
+	return NULL;
+}
+
+int sbx_session_ready_fd(const sbx_session *s)
+{
+	return s->pending ? s->ctl_fd : -1;
+}
+
+int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
+{
+	int open_ns = -1, rc;
+
+	if (!s->pending)
+		return 0;
+	rc = wait_ready(s, timeout_ms, &open_ns, err);
+	if (rc != 0)
+		return rc;
+	s->pending = false;
+	/* Each warm init goes into its run cgroup as it is offered. */
+	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
+		rc = -1;
+	else if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
+		 (s->net >= SBX_NET_OPEN && open_ns < 0))
+		rc = sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				 "the sandbox did not hand over its %s network",
+				 sbx_net_name(s->net));
+	else if (open_ns >= 0 &&
+		 connect_open(s, open_ns, (const char *const *)s->open_deny, err) < 0)
+		rc = -1;
+	if (open_ns >= 0)
+		close(open_ns);
+	return rc;
+}
+
+sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
+{
+	sbx_session *s = sbx_session_start(o, err);
+	if (!s)
+		return NULL;
+	int rc = sbx_session_finish(s, READY_TIMEOUT_MS, err);
+	if (rc == 0)
+		return s;
+	if (rc == 1)
+		sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
+			    "the sandbox did not become ready within %d ms", READY_TIMEOUT_MS);
 	sbx_session_close(s, NULL);
 	return NULL;
 }
@@ -1213,6 +1296,9 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
 		free(s->bwrap_argv[i]);
 	free(s->bwrap_argv);
+	for (size_t i = 0; s->open_deny && s->open_deny[i]; i++)
+		free(s->open_deny[i]);
+	free(s->open_deny);
 	sbx_seccomp_free(s->prog);
 	if (s->disk_mounted && umount2(s->work_dir, MNT_DETACH) != 0 && rc == 0)
 		rc = sbx_err_set(err, SBX_E_EXECUTION, errno, "unmount %s: %s", s->work_dir,

@@ -10,6 +10,10 @@
  *   core.version                  SBX_VERSION
  *   core.signals                  { TERM = 15, KILL = 9, ... }
  *   core.session_open(opts)       session | nil, kind, msg
+ *   core.session_start(opts)      session still setting up | nil, kind, msg
+ *   s:ready_fd()                  fd to wait on before s:finish() | nil
+ *   s:finish()                    true | false (not yet) | nil, kind, msg
+ *   s:offer_fd(mode)              fd to wait on before a run starts | nil
  *   core.realpath(path)           canonical host path | nil, kind, msg
  *   core.monotonic_ms()           milliseconds of CLOCK_MONOTONIC (a float)
  *   s:run(ropts)                  run | nil, kind, msg        (run.c)
@@ -87,8 +91,8 @@ static sbx_bind *opt_binds(lua_State *L, int idx, size_t *n)
 	return b;
 }
 
-/* core.session_open(opts) */
-static int l_session_open(lua_State *L)
+/* core.session_open(opts), or with start: core.session_start(opts) */
+static int session_open(lua_State *L, bool start)
 {
 	sbx_session_opts o;
 	lsbx_session *ud;
@@ -141,7 +145,7 @@ static int l_session_open(lua_State *L)
 	lua_newtable(L);
 	lua_setfenv(L, -2);
 
-	ud->s = sbx_session_open(&o, &err);
+	ud->s = start ? sbx_session_start(&o, &err) : sbx_session_open(&o, &err);
 	if (!ud->s)
 		return lsbx_push_err(L, &err);
 	/* Keep a copy of the work dir path: it stays readable after close. */
@@ -150,6 +154,60 @@ static int l_session_open(lua_State *L)
 	lua_pushstring(L, wd ? wd : "");
 	lua_setfield(L, -2, "work_dir");
 	lua_pop(L, 1);
+	return 1;
+}
+
+static int l_session_open(lua_State *L)
+{
+	return session_open(L, false);
+}
+
+/* core.session_start(opts) -> session (setting up) | nil, kind, msg: see
+ * s:ready_fd() and s:finish() (sbx_session_start in sbx.h). */
+static int l_session_start(lua_State *L)
+{
+	return session_open(L, true);
+}
+
+/* s:ready_fd() -> fd readable when s:finish() will not wait, or nil once
+ * finished (the session owns it). */
+static int l_session_ready_fd(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	int fd = ud->s ? sbx_session_ready_fd(ud->s) : -1;
+	if (fd < 0)
+		return 0;
+	lua_pushinteger(L, fd);
+	return 1;
+}
+
+/* s:finish() -> true (ready) | false (not yet) | nil, kind, msg; never
+ * waits.  On false and on a failure the caller still closes s. */
+static int l_session_finish(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	sbx_err err = {0};
+
+	if (!ud->s)
+		return lsbx_push_fail(L, SBX_E_SESSION_CLOSED, "the session is closed");
+	int rc = sbx_session_finish(ud->s, 0, &err);
+	if (rc < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, rc == 0);
+	return 1;
+}
+
+/* s:offer_fd(network_mode) -> fd readable when a run of that mode can start
+ * without waiting for the sandbox, or nil when there is nothing to wait for. */
+static int l_session_offer_fd(lua_State *L)
+{
+	static const char *const modes[] = {"blocked", "allowlist", "open", NULL};
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	int mode = luaL_checkoption(L, 2, "blocked", modes);
+	int fd = ud->s ? sbx_session_offer_fd(ud->s, (sbx_net)mode) : -1;
+	if (fd < 0)
+		return 0;
+	lua_pushinteger(L, fd);
 	return 1;
 }
 
@@ -408,11 +466,15 @@ static const luaL_Reg session_methods[] = {
 	{ "oom_kills", l_session_oom_kills },
 	{ "gpu_nodes", l_session_gpu_nodes },
 	{ "proxy_listener", l_session_proxy_listener },
+	{ "ready_fd", l_session_ready_fd },
+	{ "finish", l_session_finish },
+	{ "offer_fd", l_session_offer_fd },
 	{ NULL, NULL },
 };
 
 static const luaL_Reg core_functions[] = {
 	{ "session_open", l_session_open },
+	{ "session_start", l_session_start },
 	{ "realpath", l_realpath },
 	{ "protect_from_oom", l_protect_from_oom },
 	{ "monotonic_ms", l_monotonic_ms },
@@ -440,6 +502,8 @@ int luaopen_sbx_core(lua_State *L)
 	lsbx_proxy_register(L);
 	lua_pushliteral(L, SBX_VERSION);
 	lua_setfield(L, -2, "version");
+	lua_pushinteger(L, SBX_SESSION_READY_TIMEOUT_MS);
+	lua_setfield(L, -2, "SESSION_READY_TIMEOUT_MS");
 	lua_newtable(L);
 	for (i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
 		lua_pushinteger(L, signals[i].signo);

@@ -7,6 +7,8 @@
  *   px:remove(tag)             -- close its listeners and connections
  *   px:fd()                    -- readable when px:step has work (for an event loop)
  *   px:step(timeout_ms)        -- handle what is ready; true | nil, kind, msg
+ *   px:decided(ticket, verdict) -- the verdict a decide left pending; false
+ *                                  when the connection is gone meanwhile
  *   px:stats()                 -- { accepted, allowed, refused, failed, active, bytes_up, bytes_down }
  *   px:close()
  *
@@ -14,9 +16,10 @@
  *   child:stats()                                      -- its figures, as px:stats()
  *   child:close()                                      -- ends it
  *
- * decide(q) gets q = { phase = "name" | "addrs", kind, host, port, addrs = {...}, tag }
- * and returns a verdict table { allow = bool, reason = str, literal = str,
- * resolve = str }.  It runs inside px:step.  Anything but a well-formed
+ * decide(q) gets q = { phase = "name" | "addrs", kind, host, port, addrs = {...}, tag,
+ * ticket } and returns a verdict table { allow = bool, reason = str, literal = str,
+ * resolve = str }, or { pending = true } to answer later with
+ * px:decided(q.ticket, verdict) (sbxd: the policy's on_connect runs on its worker).  It runs inside px:step.  Anything but a well-formed
  * allowing verdict denies: a decide that errors, returns garbage or takes a
  * wrong turn refuses the connection (fail closed) and says why in the log.
  *
@@ -81,6 +84,19 @@ static void push_tag(lua_State *L, int env, void *tag)
 	lua_remove(L, -2);
 }
 
+/* The verdict table at t: anything but allow == true denies. */
+static void read_verdict(lua_State *L, int t, sbx_proxy_verdict *v)
+{
+	copy_field(L, t, "reason", v->reason, sizeof(v->reason));
+	copy_field(L, t, "literal", v->literal, sizeof(v->literal));
+	copy_field(L, t, "resolve", v->resolve, sizeof(v->resolve));
+	lua_getfield(L, t, "allow");
+	v->allow = lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+	lua_getfield(L, t, "pending");
+	v->pending = lua_toboolean(L, -1);
+	lua_pop(L, 2);
+}
+
 static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 {
 	lsbx_proxy *px = ud;
@@ -111,18 +127,15 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 	lua_setfield(L, -2, "addrs");
 	push_tag(L, env, q->tag);
 	lua_setfield(L, -2, "tag");
+	lua_pushnumber(L, (lua_Number)q->ticket);
+	lua_setfield(L, -2, "ticket");
 	if (lua_pcall(L, 1, 1, 0) != 0) {
 		snprintf(v->reason, sizeof(v->reason), "the policy check failed: %s",
 			 lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object)");
 	} else if (lua_type(L, -1) != LUA_TTABLE) {
 		snprintf(v->reason, sizeof(v->reason), "the policy check gave no verdict");
 	} else {
-		int t = lua_gettop(L);
-		copy_field(L, t, "reason", v->reason, sizeof(v->reason));
-		copy_field(L, t, "literal", v->literal, sizeof(v->literal));
-		copy_field(L, t, "resolve", v->resolve, sizeof(v->resolve));
-		lua_getfield(L, t, "allow");
-		v->allow = lua_type(L, -1) == LUA_TBOOLEAN && lua_toboolean(L, -1);
+		read_verdict(L, lua_gettop(L), v);
 	}
 	lua_settop(L, top);
 }
@@ -269,6 +282,26 @@ static int l_proxy_step(lua_State *L)
 	if (rc < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* px:decided(ticket, verdict) -> true | false (the connection is gone) */
+static int l_proxy_decided(lua_State *L)
+{
+	lsbx_proxy *px = check_proxy(L, 1);
+	lua_Number ticket = luaL_checknumber(L, 2);
+	sbx_proxy_verdict v;
+
+	luaL_checktype(L, 3, LUA_TTABLE);
+	if (px->L)
+		return luaL_error(L, "px:decided() inside px:step()");
+	memset(&v, 0, sizeof(v));
+	read_verdict(L, 3, &v);
+	v.pending = false;
+	px->L = L;
+	int rc = sbx_proxy_decided(px->p, (uint64_t)ticket, &v);
+	px->L = NULL;
+	lua_pushboolean(L, rc == 0);
 	return 1;
 }
 
@@ -471,6 +504,7 @@ static int l_child_tostring(lua_State *L)
 static const luaL_Reg proxy_methods[] = {
 	{ "add", l_proxy_add },     { "remove", l_proxy_remove }, { "fd", l_proxy_fd },
 	{ "step", l_proxy_step },   { "stats", l_proxy_stats },   { "close", l_proxy_close },
+	{ "decided", l_proxy_decided },
 	{ NULL, NULL },
 };
 

@@ -203,14 +203,6 @@ static int answer(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt fmt)
 	return status;
 }
 
-static int traceback(lua_State *L)
-{
-	if (lua_istable(L, 1))
-		return 1; /* an sbx error table: keep it */
-	luaL_traceback(L, L, lua_tostring(L, 1), 1);
-	return 1;
-}
-
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
 	sbx_srv *S = sbx_srv_g;
@@ -220,7 +212,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	const char *tenant = NULL;
 	const h2o_iovec_t *auth;
 	size_t pathlen = req->query_at != SIZE_MAX ? req->query_at : req->path.len;
-	int top = lua_gettop(L), status;
+	int top = lua_gettop(L);
 	(void)self;
 
 	sbx_srv_m.requests++;
@@ -273,7 +265,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		return 0;
 	}
 
-	lua_pushcfunction(L, traceback);
 	lua_rawgeti(L, LUA_REGISTRYINDEX, S->handle_ref);
 	lua_createtable(L, 0, 8);
 	lua_pushlstring(L, req->method.base, req->method.len);
@@ -335,21 +326,29 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 			lua_setfield(L, -2, "body");
 		}
 	}
-	if (lua_pcall(L, 1, 1, top + 1) != 0) {
-		const char *msg = lua_tostring(L, -1);
-		sbx_srv_log(SRV_LOG_ERROR, "event=lua_error err=\"%s\"", msg ? msg : "?");
-		lua_settop(L, top);
-		sbx_srv_send_error(req, 500, "SandboxExecutionError",
-				   "internal error in the server's Lua layer", out);
-		log_req(req, 500, tenant, t0, NULL);
-		return 0;
-	}
+	sbx_srv_task_start(S, req, out, tenant, t0);
+	return 0;
+}
+
+void sbx_srv_handler_fail(h2o_req_t *req, sbx_srv_fmt out, const char *tenant, uint64_t t0)
+{
+	sbx_srv_send_error(req, 500, "SandboxExecutionError",
+			   "internal error in the server's Lua layer", out);
+	log_req(req, 500, tenant, t0, NULL);
+}
+
+void sbx_srv_handler_answer(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt out, const char *tenant,
+			    uint64_t t0)
+{
+	lua_State *L = S->L;
+	int top = lua_gettop(L) - 1, status;
+
 	if (!lua_istable(L, -1)) {
 		lua_settop(L, top);
 		sbx_srv_send_error(req, 500, "SandboxExecutionError",
 				   "the Lua layer gave no answer", out);
 		log_req(req, 500, tenant, t0, NULL);
-		return 0;
+		return;
 	}
 	lua_getfield(L, -1, "stream");
 	if (lua_istable(L, -1)) {
@@ -361,7 +360,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		sbx_srv_stream_begin(S, req, lua_gettop(L), out, sid);
 		lua_settop(L, top);
 		log_req(req, 200, tenant, t0, "stream=run");
-		return 0;
+		return;
 	}
 	lua_pop(L, 1);
 	lua_getfield(L, -1, "stream_attach");
@@ -376,7 +375,7 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 		lua_settop(L, top);
 		sbx_srv_stream_attach(S, req, sid, rid, out);
 		log_req(req, 200, tenant, t0, "stream=attach");
-		return 0;
+		return;
 	}
 	lua_pop(L, 1);
 	char extra[128] = "";
@@ -387,7 +386,6 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	status = answer(S, req, out);
 	lua_settop(L, top);
 	log_req(req, status, tenant, t0, extra[0] ? extra : NULL);
-	return 0;
 }
 
 void sbx_srv_handler_register(sbx_srv *S, h2o_pathconf_t *pathconf)

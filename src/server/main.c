@@ -47,7 +47,7 @@ static void usage(FILE *f)
 }
 
 /* sbx.paths and lua/ on package.path as sbxlua has them; sbx.core preloaded. */
-static void setup_paths(lua_State *L)
+void sbx_srv_lua_setup(lua_State *L)
 {
 	sbx_host_paths_preload(L);
 	lua_getglobal(L, "package");
@@ -75,7 +75,7 @@ static int lua_start(sbx_srv *S)
 		return -1;
 	S->L = L;
 	luaL_openlibs(L);
-	setup_paths(L);
+	sbx_srv_lua_setup(L);
 	lua_getglobal(L, "require");
 	lua_pushliteral(L, "sbx.server");
 	if (lua_pcall(L, 1, 1, 0) != 0) {
@@ -102,6 +102,15 @@ static int lua_start(sbx_srv *S)
 	lua_setfield(L, -2, "max_body");
 	lua_pushcfunction(L, sbx_srv_l_file_append);
 	lua_setfield(L, -2, "file_append");
+	sbx_srv_file_io_push(L);
+	lua_setfield(L, -2, "file_io");
+	/* The policy worker (hooks.c), started once signals are blocked. */
+	lua_createtable(L, 0, 2);
+	lua_pushcfunction(L, sbx_srv_l_hooks_post);
+	lua_setfield(L, -2, "post");
+	lua_pushcfunction(L, sbx_srv_l_hooks_wait);
+	lua_setfield(L, -2, "wait");
+	lua_setfield(L, -2, "hooks");
 	if (S->admin_tenant) {
 		lua_pushstring(L, S->admin_tenant);
 		lua_setfield(L, -2, "admin_tenant");
@@ -117,6 +126,7 @@ static int lua_start(sbx_srv *S)
 	S->reload_ref = field_ref(L, -1, "reload_policy");
 	S->proxy_fd_ref = field_ref(L, -1, "proxy_fd");
 	S->proxy_step_ref = field_ref(L, -1, "proxy_step");
+	S->hook_answer_ref = field_ref(L, -1, "hook_answer");
 	lua_pop(L, 1);
 	if (S->handle_ref == LUA_NOREF || S->tick_ref == LUA_NOREF || S->stats_ref == LUA_NOREF ||
 	    S->shutdown_ref == LUA_NOREF || S->reload_ref == LUA_NOREF ||
@@ -397,6 +407,13 @@ int main(int argc, char **argv)
 	}
 	S.sigsock = h2o_evloop_socket_create(S.ctx.loop, sfd, H2O_SOCKET_FLAG_DONT_READ);
 	h2o_socket_read_start(S.sigsock, on_signal);
+	/* After the mask: the worker thread inherits it, so our signals keep
+	 * coming to the signalfd. */
+	S.hooks = sbx_srv_hooks_start(&err);
+	if (!S.hooks || sbx_srv_task_init(&S) != 0) {
+		fprintf(stderr, "sbxd: %s\n", S.hooks ? "watch the policy worker" : err.msg);
+		return 1;
+	}
 	if (proxy_watch(&S) != 0)
 		return 1;
 
@@ -410,6 +427,8 @@ int main(int argc, char **argv)
 		h2o_evloop_run(S.ctx.loop, INT32_MAX);
 	sbx_srv_log(SRV_LOG_INFO, "event=exit");
 	sbx_srv_stream_free_all(&S);
+	sbx_srv_task_fini(&S);
+	sbx_srv_hooks_free(S.hooks);
 	sbx_srv_listen_stop(&S);
 	sbx_srv_auth_free(&S);
 	return 0;

@@ -1,7 +1,8 @@
 /*
  * server.h: what the files of sbxd (the HTTP/2 remote API server) share.
  *
- * sbxd is one h2o evloop in one thread.  The C side (this directory) owns
+ * sbxd is one h2o evloop in one thread, which never waits (the policy
+ * worker and upload writes have threads of their own).  The C side (this directory) owns
  * the sockets, TLS, bearer-token auth, body codecs, the streaming of runs
  * and the metrics; the Lua side (lua/sbx/server/init.lua) owns the session
  * table, tenancy, limits and every decision about options and policy, and
@@ -9,9 +10,12 @@
  * as on-device use.
  *
  * Files: main.c (options, Lua state, signals, loop), listen.c (TCP/unix
- * listeners, TLS), handler.c (requests -> Lua -> responses), codec.c
- * (JSON/msgpack <-> Lua), stream.c (runs streamed as events), auth.c
- * (token file, constant-time compare), metrics.c, log.c.
+ * listeners, TLS), handler.c (requests -> Lua -> responses), task.c (each
+ * request's Lua handler as a coroutine the loop resumes when what it waits
+ * for is there), hooks.c (the policy worker thread), fileio.c (upload
+ * writes on threads), codec.c (JSON/msgpack <-> Lua), stream.c (runs
+ * streamed as events), auth.c (token file, constant-time compare),
+ * metrics.c, log.c.
  */
 #ifndef SBX_SERVER_H
 #define SBX_SERVER_H
@@ -68,7 +72,8 @@ typedef struct sbx_srv {
 	h2o_accept_ctx_t accept_ctx;
 	h2o_socket_t *listener;
 	h2o_socket_t *sigsock;
-	h2o_socket_t *proxysock; /* the allowlist proxy's epoll fd (sbx_proxy.h) */
+	h2o_socket_t *proxysock;     /* the allowlist proxy's epoll fd (sbx_proxy.h) */
+	struct sbx_srv_hooks *hooks; /* the policy worker (hooks.c) */
 	h2o_timeout_t zero_timeout, tick_timeout, second_timeout;
 	h2o_timeout_entry_t second_entry;
 	char *unix_path; /* unlinked at exit */
@@ -77,6 +82,7 @@ typedef struct sbx_srv {
 	lua_State *L;
 	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref, proxy_fd_ref,
 		proxy_step_ref;
+	int hook_answer_ref; /* sbx.server's hook_answer (task.c), or LUA_NOREF */
 
 	/* auth */
 	sbx_srv_token *tokens;
@@ -126,6 +132,46 @@ void sbx_srv_send_error(h2o_req_t *req, int status, const char *kind, const char
 /* Format asked by Accept (falls back to the request's content-type, then JSON). */
 sbx_srv_fmt sbx_srv_req_accept_fmt(h2o_req_t *req);
 
+/* The Lua answer table on top of S->L, sent for req (popped); one log line. */
+void sbx_srv_handler_answer(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt out, const char *tenant,
+			    uint64_t t0);
+/* 500: the Lua layer failed (already logged). */
+void sbx_srv_handler_fail(h2o_req_t *req, sbx_srv_fmt out, const char *tenant, uint64_t t0);
+
+/* ---- task.c: request handlers as coroutines the loop resumes ---- */
+/* Run the handler below its request table (both on top of S->L, popped) as
+ * a task for req; it answers req when it ends, unless the client left. */
+void sbx_srv_task_start(sbx_srv *S, h2o_req_t *req, sbx_srv_fmt fmt, const char *tenant,
+			uint64_t t0);
+/* Watch the policy worker's answers on the loop (after S->hooks started). */
+int sbx_srv_task_init(sbx_srv *S);
+void sbx_srv_task_fini(sbx_srv *S);
+
+/* ---- hooks.c: the policy worker thread ---- */
+typedef struct sbx_srv_hooks sbx_srv_hooks;
+/* Start the worker (its own lua_State); NULL with err. */
+sbx_srv_hooks *sbx_srv_hooks_start(sbx_err *err);
+/* An eventfd, readable when answers are waiting (sbx_srv_hooks_take). */
+int sbx_srv_hooks_fd(const sbx_srv_hooks *H);
+/* Queue a msgpack message (data: malloc'd, taken); returns its id (0: out
+ * of memory). */
+uint64_t sbx_srv_hooks_post(sbx_srv_hooks *H, char *data, size_t len, bool noreply);
+/* Take the next answer: 1 (*data malloc'd, the caller's), 0 when none. */
+int sbx_srv_hooks_take(sbx_srv_hooks *H, uint64_t *id, char **data, size_t *len);
+/* Block up to timeout_ms for the answer to id: 1, or 0 on timeout. */
+int sbx_srv_hooks_wait(sbx_srv_hooks *H, uint64_t id, uint32_t timeout_ms, char **data,
+		       size_t *len);
+/* Stop (after the hook running now, if any) and free.  Safe on NULL. */
+void sbx_srv_hooks_free(sbx_srv_hooks *H);
+/* For the Lua layer (cfg.hooks of sbx.server's init): post(msg, noreply)
+ * -> id; wait(id, timeout_ms) -> answer | nil, why. */
+int sbx_srv_l_hooks_post(lua_State *L);
+int sbx_srv_l_hooks_wait(lua_State *L);
+
+/* ---- main.c ---- */
+/* sbx.paths and lua/ on package.path as sbxlua has them, sbx.core preloaded. */
+void sbx_srv_lua_setup(lua_State *L);
+
 /* ---- stream.c ---- */
 /* Start streaming a run for req; the Lua table at idx has start/finish
  * functions (see lua/sbx/server/init.lua).  Always answers req. */
@@ -143,6 +189,9 @@ int sbx_srv_file_append(int fd, uint64_t offset, const char *data, size_t len, u
  * nil, "Conflict", msg, size | nil, kind, msg.  Passed to sbx.server's init
  * as cfg.file_append. */
 int sbx_srv_l_file_append(lua_State *L);
+/* fileio.c: push the file_io table (put, append: the writes of uploads on
+ * threads of their own, waited for on the loop); see fileio.c. */
+void sbx_srv_file_io_push(lua_State *L);
 
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
 /* Re-attach req to the detached run run_id of session sid (or answer

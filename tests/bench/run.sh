@@ -4,7 +4,8 @@
 # which times s:exec("/bin/true") and the peers in the same run,
 # backend_bench.lua (open/close and exec latency per backend),
 # policy_overhead.lua, the policy engine's time per run, and
-# remote_bench.lua, sbxd's HTTP/2 API against on-device, and
+# remote_bench.lua, sbxd's HTTP/2 API against on-device,
+# loop_bench.py, sbxd's /healthz while sessions open and hooks run, and
 # netmode_bench.lua, what per-run network modes cost, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
 # loopback.
@@ -32,7 +33,12 @@ echo
 echo
 cmake --build "$build" -j"$(nproc)" --target sbx-proxy-bench >/dev/null
 "$build/bin/sbx-proxy-bench"
-# The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
+# sbxd's loop never waits (issue 14): /healthz on a kept connection while
+# 16 sessions open at once and while a policy hook runs to its deadline.
+# SBXD_BEFORE=/path/to/an/older/sbxd puts that build in the same table.
 echo
 cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
+/usr/bin/python3 tests/bench/loop_bench.py ${SBXD_BEFORE:+--sbxd "$SBXD_BEFORE"} --sbxd "$build/bin/sbxd"
+# The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
+echo
 exec "$build/bin/sbxlua" tests/bench/remote_bench.lua --sbxd "$build/bin/sbxd"

@@ -2,7 +2,7 @@
 --
 --   local H = dofile(ROOT .. "/tests/server/harness.lua")
 --   local srv = H.start{ tokens = { alice = "...", bob = "..." }, args = { "--max-runs", "2" },
---                        tls = true }
+--                        tls = true, env = { NAME = "value" } }
 --   srv.url, srv.pid, srv.token.alice, srv.dir, srv.log_path, srv:log()
 --   srv:stop()                 -- SIGTERM, waits; returns the exit status
 --   H.curl(args)               -- runs curl, returns stdout, http status
@@ -65,8 +65,11 @@ function M.start(o)
   for i, a in ipairs(args) do quoted[i] = q(a) end
   -- The pid first, then sbxd's own "listening on" line.  LeakSanitizer
   -- would turn a clean exit of an ASan build into exit 23: off for sbxd.
-  local cmd = ("ASAN_OPTIONS=detect_leaks=0 sh -c 'echo $$; exec \"$@\"' sbxd %s 2>%s/log"):format(
-    table.concat(quoted, " "), dir)
+  -- o.env: extra environment variables for sbxd ({ NAME = value }).
+  local env = {}
+  for k, v in pairs(o.env or {}) do env[#env + 1] = k .. "=" .. q(v) end
+  local cmd = ("%s ASAN_OPTIONS=detect_leaks=0 sh -c 'echo $$; exec \"$@\"' sbxd %s 2>%s/log"):format(
+    table.concat(env, " "), table.concat(quoted, " "), dir)
   local p = io.popen(cmd, "r")
   local pid = tonumber(p:read("*l"))
   local line = p:read("*l")

@@ -7,7 +7,8 @@
  * The decider is C: "allowed.test" gets the literal 127.0.0.1,
  * "localhost" is resolved (through /etc/hosts, no DNS), "denied.test" is
  * refused by name, "deny-addrs.test" by address, "nothing.test" and
- * "badliteral.test" are decider bugs the proxy must refuse.  Every call is
+ * "badliteral.test" are decider bugs the proxy must refuse, "later.test"
+ * is answered pending (the verdict comes through sbx_proxy_decided).  Every call is
  * recorded so the tests can assert what was (not) asked, and the proxy's
  * lookup counter shows whether a resolver ever ran.
  */
@@ -45,6 +46,7 @@ static size_t last_n_addrs;
 static int name_calls_for(const char *host);
 static char seen_names[64][64];
 static int n_seen;
+static uint64_t later_ticket; /* the last pending question's ticket */
 
 static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 {
@@ -63,6 +65,9 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 			strcpy(v->resolve, "localhost");
 		} else if (!strcmp(q->host, "nothing.test")) {
 			v->allow = true;
+		} else if (!strcmp(q->host, "later.test")) {
+			v->pending = true;
+			later_ticket = q->ticket;
 		} else if (!strcmp(q->host, "badliteral.test")) {
 			v->allow = true;
 			strcpy(v->literal, "127.0.0.1x");
@@ -866,6 +871,77 @@ static void test_remove_while_resolving(void **state)
 	assert_int_equal(px_stats(X).active, 0);
 }
 
+/* Send CONNECT later.test:port and wait until the decider has the
+ * question (pending); returns the client fd and the ticket. */
+static int ask_later(uint16_t port, uint64_t *ticket)
+{
+	char req[256];
+	int fd = dial(X->port);
+
+	pthread_mutex_lock(&dmu);
+	later_ticket = 0;
+	pthread_mutex_unlock(&dmu);
+	snprintf(req, sizeof(req), "CONNECT later.test:%u HTTP/1.1\r\nHost: later.test\r\n\r\n",
+		 port);
+	assert_true(send_all(fd, req, strlen(req)));
+	for (int i = 0; i < 500; i++) {
+		pthread_mutex_lock(&dmu);
+		*ticket = later_ticket;
+		pthread_mutex_unlock(&dmu);
+		if (*ticket)
+			return fd;
+		usleep(10000);
+	}
+	fail_msg("the decider was never asked about later.test");
+	return -1;
+}
+
+/* Verdicts given later (sbxd's policy worker): an allowing one dials, a
+ * refusing one answers 403 with its reason, a ticket whose connection is
+ * gone is -1, and one never given runs into the header timeout. */
+static void test_pending_verdict(void **state)
+{
+	char resp[1024], b[4];
+	uint64_t ticket;
+	sbx_proxy_verdict v;
+	(void)state;
+
+	int fd = ask_later(ECHO->port, &ticket);
+	memset(&v, 0, sizeof(v));
+	v.allow = true;
+	strcpy(v.literal, "127.0.0.1");
+	pthread_mutex_lock(&X->mu);
+	assert_int_equal(sbx_proxy_decided(X->p, ticket, &v), 0);
+	assert_int_equal(sbx_proxy_decided(X->p, ticket, &v), -1); /* answered already */
+	pthread_mutex_unlock(&X->mu);
+	assert_true(recv_all(fd, resp, 39));
+	assert_memory_equal(resp, "HTTP/1.1 200 Connection established\r\n\r\n", 39);
+	assert_true(send_all(fd, "ping", 4));
+	assert_true(recv_all(fd, b, 4));
+	assert_memory_equal(b, "ping", 4);
+	close(fd);
+
+	fd = ask_later(ECHO->port, &ticket);
+	memset(&v, 0, sizeof(v));
+	snprintf(v.reason, sizeof(v.reason), "the worker says no");
+	pthread_mutex_lock(&X->mu);
+	assert_int_equal(sbx_proxy_decided(X->p, ticket, &v), 0);
+	pthread_mutex_unlock(&X->mu);
+	recv_until_eof(fd, resp, sizeof(resp));
+	close(fd);
+	assert_non_null(strstr(resp, "HTTP/1.1 403 Forbidden\r\n"));
+	assert_non_null(strstr(resp, "sbx proxy: the worker says no\n"));
+
+	fd = ask_later(ECHO->port, &ticket);
+	recv_until_eof(fd, resp, sizeof(resp)); /* nobody answers: header timeout */
+	close(fd);
+	assert_non_null(strstr(resp, "403 Forbidden"));
+	assert_non_null(strstr(resp, "the policy did not decide in time"));
+	pthread_mutex_lock(&X->mu);
+	assert_int_equal(sbx_proxy_decided(X->p, ticket, &v), -1);
+	pthread_mutex_unlock(&X->mu);
+}
+
 static void test_header_timeout(void **state)
 {
 	char resp[1024];
@@ -949,6 +1025,7 @@ int main(void)
 		cmocka_unit_test(test_refused_name),
 		cmocka_unit_test(test_refused_addrs),
 		cmocka_unit_test(test_decider_bugs),
+		cmocka_unit_test(test_pending_verdict),
 		cmocka_unit_test(test_resolve_localhost),
 		cmocka_unit_test(test_unreachable),
 		cmocka_unit_test(test_absolute_get),

@@ -6,7 +6,9 @@
 --
 --   M.init(cfg)       cfg = { policy, max_sessions, max_runs, hard_ceiling_s,
 --                     idle_timeout_s (0: no idle reaping), max_body (sbxd's
---                     --max-body), file_append (src/server/fileput.c) }
+--                     --max-body), file_append (src/server/fileput.c),
+--                     file_io (src/server/fileio.c), hooks (post, wait:
+--                     the policy worker, src/server/hooks.c) }
 --   M.handle(req)     req = { method, path, query (raw, after '?'), tenant |
 --                     ref_token, body (decoded table), raw (the body bytes),
 --                     format }
@@ -17,12 +19,26 @@
 --   M.shutdown()      close every session
 --   M.reload_policy() re-read the policy file (SIGHUP and the admin route);
 --                     -> true, generation | nil, why (the old policy stays)
+--   M.hook_answer(id, answer)  an answer of the policy worker no request
+--                     waits for (src/server/task.c): a proxy verdict
 --
 -- One policy engine serves every session: a reload applies to sessions
 -- opened after it, and to open sessions too when the new policy says
 -- reapply = true (sbx.policy's rules).  POST /v1/admin/reload-policy does
 -- the reload for the tenant named by --admin-tenant, and is 403 for anyone
 -- else (and for everyone when no admin tenant is configured).
+--
+-- The loop never waits (issue 14): handle(req) runs as a coroutine that
+-- src/server/task.c resumes.  Where it would block it yields instead:
+-- wait_fd (a session's sandbox setting up, a warm run on offer) and the
+-- policy's hooks, which run on sbxd's policy worker thread
+-- (sbx.server.hookworker, src/server/hooks.c) and are waited for the same
+-- way.  A client that goes away while its request waits gets its half-done
+-- work undone (a session still setting up is closed).  Hooks called off
+-- any request (the proxy's on_connect, on_close from the reaper) are
+-- posted to the same worker, so every hook of a policy runs in one Lua
+-- state, one at a time: on_close without waiting, on_connect waiting on
+-- the loop's thread (the proxy's decide cannot yield).
 --
 -- Tenancy: a session belongs to the tenant that created it; another tenant
 -- gets 404 for it, exactly as for an id that does not exist.  A session's
@@ -61,6 +77,65 @@ local function now_ms()
   local ok, core = pcall(require, "sbx.core")
   if ok and core.monotonic_ms then return core.monotonic_ms() end
   return os.time() * 1000
+end
+
+-- The coroutines src/server/task.c runs handle(req) in: only they may
+-- yield to the loop.
+local request_cos = setmetatable({}, { __mode = "k" })
+local function in_request()
+  local co = coroutine.running()
+  return co ~= nil and request_cos[co] == true
+end
+
+-- wait_fd(fd, deadline_ms) -> true | nil, "timeout" | "cancelled": until
+-- fd is readable, the loop serving everyone else meanwhile; with fd nil,
+-- until the loop has had a turn (before a costly step: task.c).
+local function wait_fd(fd, deadline_ms)
+  if not in_request() then return nil, "not inside a request" end
+  if fd == nil then return coroutine.yield("turn", 0, deadline_ms) end
+  return coroutine.yield("fd", fd, deadline_ms)
+end
+
+-- How long past a hook's own deadline we wait for the worker's answer
+-- (hooks run one at a time: others may be ahead in the queue).
+local WORKER_SLACK_MS = 10000
+local worker_loaded = {} -- generation -> true once its load is posted
+
+-- The policy engine's hook_runner (sbx.policy): the hook runs on the
+-- worker; the result comes back in run_hook's shape.  Whatever goes wrong
+-- with the worker is an error of the hook: it denies.
+-- The worker compiles each generation from the text the loop compiled,
+-- once, before anything asks it about that generation (messages are
+-- handled in order).
+local function ensure_loaded(gen)
+  local n = gen.generation
+  if not worker_loaded[n] then
+    cfg.hooks.post({ op = "load", generation = n, path = gen.file, source = gen.source }, true)
+    worker_loaded[n] = true
+  end
+  return n
+end
+
+local function hook_runner(gen, hook, ...)
+  local hooks = cfg.hooks
+  local n = ensure_loaded(gen)
+  local msg = { op = "call", generation = n, hook = hook, args = { ... }, nargs = select("#", ...) }
+  if hook == "on_close" then
+    hooks.post(msg, true)
+    return { n = 2, true, true }
+  end
+  local budget = gen.limits.ms + WORKER_SLACK_MS
+  local id = hooks.post(msg)
+  local rep, why
+  if in_request() then
+    rep, why = coroutine.yield("job", id, now_ms() + budget)
+  else
+    rep, why = hooks.wait(id, budget)
+  end
+  if not rep then return { n = 2, false, ("the policy worker did not answer (%s)"):format(tostring(why)) } end
+  if rep.err then return { n = 2, false, tostring(rep.err) } end
+  if rep.exceeded then return { n = 2, false, tostring(rep.v), exceeded = true } end
+  return { n = rep.n or 2, rep.ok == true, rep.v, rep.r }
 end
 
 local function random_hex(nbytes)
@@ -204,15 +279,22 @@ local function create_session(req)
   opts.policy = cfg.engine
   opts.warm_runs = cfg.warm_runs
   opts.proxy_host = proxy_host
+  opts.wait = wait_fd
+  opts.caller = { origin = "sbxd", tenant = req.tenant }
+  -- The slot is taken before the open waits: opens of one tenant that
+  -- wait together must not all pass the check above.
+  t.sessions = t.sessions + 1
   local ok, s = pcall(session.open, opts)
-  if not ok then return from_error(s) end
+  if not ok then
+    t.sessions = t.sessions - 1
+    return from_error(s)
+  end
   local rec = {
     s = s, tenant = req.tenant, ref_token = ("sbxr_%s_%s"):format(s.id, random_hex(16)),
     created_ms = now_ms(), last_ms = now_ms(), runs = 0, timeout_s = s._st.timeout_s,
   }
   rec.hard_deadline_ms = rec.created_ms + cfg.hard_ceiling_s * 1000
   sessions[s.id] = rec
-  t.sessions = t.sessions + 1
   return reply(201, describe(rec, true, req), { log = "session=" .. s.id })
 end
 
@@ -262,6 +344,18 @@ local function start_run(req, rec)
   -- policy's on_run hook (a denial is a PolicyDenied answer, not a run).
   local ok, o = pcall(st.engine.admit_run, st.engine, st, body.cmd, opts)
   if not ok then return from_error(o) end
+  -- The first run of a session waits for the sandbox's first warm run:
+  -- on the loop, not in the core.
+  local fd = st.core:offer_fd(o.network_mode or "blocked")
+  if fd then
+    local core = require "sbx.core"
+    local ready, why = wait_fd(fd, now_ms() + core.SESSION_READY_TIMEOUT_MS)
+    if not ready then
+      return from_error(errors.SandboxExecutionError(("no warm run of session %s came (%s)")
+        :format(rec.s.name, tostring(why)), st.backend, 0))
+    end
+    if st.closed then return fail(410, "SessionClosed", ("session %s is closed"):format(rec.s.name)) end
+  end
   local t = tenant_rec(rec.tenant)
   if t.runs >= cfg.max_runs then
     local r, h = too_many("concurrent runs of tenant " .. rec.tenant, cfg.max_runs)
@@ -348,6 +442,24 @@ local function open_error(e, conflict)
   return from_error(e)
 end
 
+-- The writes of uploads run on threads of their own (src/server/fileio.c);
+-- the handler waits for each on the loop.  A write outlasting this is
+-- reported as failed (it still ends on its thread).
+local FILE_IO_TIMEOUT_MS = 120000
+
+local function finish_job(job, what)
+  local ok, why = wait_fd(job:fd(), now_ms() + FILE_IO_TIMEOUT_MS)
+  if not ok then return nil, "SandboxExecutionError", ("the %s did not finish (%s)"):format(what, tostring(why)) end
+  return job:result()
+end
+
+-- Session:put_bytes's writer in sbxd.
+local function put_off_loop(cs, rel, data, max_bytes)
+  local job, kind, msg = cfg.file_io.put(cs, rel, data, max_bytes)
+  if not job then return nil, kind, msg end
+  return finish_job(job, "write")
+end
+
 -- PUT with offset N > 0: append the body to the file whose size is N
 -- (src/server/fileput.c); any other size is 409 with the current size.
 local function append(rec, path, offset, data)
@@ -359,7 +471,13 @@ local function append(rec, path, offset, data)
   if offset + #data > st.max_file_bytes then return over_max_file(st, offset + #data) end
   local ok, fd = pcall(rec.s._open_file, rec.s, path)
   if not ok then return open_error(fd, conflict) end
-  local done, kind, msg, size = cfg.file_append(fd, offset, data)
+  local job, jkind, jmsg = cfg.file_io.append(fd, offset, data)
+  local done, kind, msg, size
+  if job then
+    done, kind, msg, size = finish_job(job, "append")
+  else
+    kind, msg = jkind, jmsg
+  end
   if done then return reply(200, { path = path, size = kind, offset = offset }) end
   if kind == "Conflict" then return conflict(size, msg) end
   return from_error(kind == "InvalidArgument" and errors.InvalidArgument("path", msg)
@@ -374,7 +492,7 @@ local function file_op(req, rec, path)
     local data = req.raw or ""
     if offset > 0 then return append(rec, path, offset, data) end
     if #data > rec.s._st.max_file_bytes then return over_max_file(rec.s._st, #data) end
-    local ok, e = pcall(rec.s.put_bytes, rec.s, path, data)
+    local ok, e = pcall(rec.s.put_bytes, rec.s, path, data, put_off_loop)
     if not ok then return from_error(e) end
     return reply(200, { path = path, size = #data, offset = 0 })
   end
@@ -408,6 +526,8 @@ local function admin_reload(req)
 end
 
 function M.handle(req)
+  local co = coroutine.running()
+  if co then request_cos[co] = true end
   local path, method = req.path, req.method
   if path == "/v1/admin/reload-policy" then
     if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
@@ -460,13 +580,17 @@ end
 -- watches M.proxy_fd() and calls M.proxy_step() when it is readable).
 -- Each session's listener is tagged with its id; the session's own
 -- decide function (sbx.session: engine:proxy_verdict with its context)
--- answers for it.
+-- answers for it, on the loop, except where the policy has an on_connect
+-- hook: then the whole verdict on the name is asked of the policy worker
+-- (engine:proxy_verdict there, with the same generation and context), the
+-- connection waits (pending), and M.hook_answer gives the verdict back.
 local proxy_routes = {}
+local pending_verdicts = {} -- worker message id -> proxy ticket
 proxy_host = {
-  add = function(_, fd, id, decide)
+  add = function(_, fd, id, decide, info)
     local ok, kind, msg = cfg.proxy:add(fd, id)
     if not ok then errors.raise(errors.from_core(kind, msg)) end
-    proxy_routes[id] = decide
+    proxy_routes[id] = { decide = decide, info = info }
   end,
   remove = function(_, id)
     cfg.proxy:remove(id)
@@ -475,9 +599,29 @@ proxy_host = {
 }
 
 local function proxy_decide(q)
-  local decide = proxy_routes[q.tag]
-  if not decide then return { allow = false, reason = "the session is gone" } end
-  return decide(q)
+  local route = proxy_routes[q.tag]
+  if not route then return { allow = false, reason = "the session is gone" } end
+  local info = route.info
+  if q.phase == "name" and cfg.hooks and info then
+    local gen = info.engine:for_session(info.gen)
+    if gen.hooks.on_connect then
+      local id = cfg.hooks.post({ op = "verdict", generation = ensure_loaded(gen), q = q, ctx = info.ctx })
+      pending_verdicts[id] = q.ticket
+      return { pending = true }
+    end
+  end
+  return route.decide(q)
+end
+
+-- An answer of the policy worker no request waits for (task.c): a proxy
+-- verdict.  Anything but a well-formed allowing verdict refuses.
+function M.hook_answer(id, rep)
+  local ticket = pending_verdicts[id]
+  if not ticket then return end
+  pending_verdicts[id] = nil
+  local v = type(rep) == "table" and type(rep.verdict) == "table" and rep.verdict
+    or { allow = false, reason = "policy check failed: " .. tostring(type(rep) == "table" and rep.err or rep) }
+  cfg.proxy:decided(ticket, v)
 end
 
 function M.proxy_fd() return cfg.proxy:fd() end
@@ -500,6 +644,8 @@ function M.init(c)
   cfg.admin_tenant = c.admin_tenant
   cfg.max_body = c.max_body
   cfg.file_append = c.file_append
+  cfg.file_io = c.file_io
+  cfg.hooks = c.hooks
   -- The server must outlive any sandbox the OOM killer considers; without
   -- CAP_SYS_RESOURCE this fails, and the runs' own high scores still make
   -- them the first victims.
@@ -511,7 +657,7 @@ function M.init(c)
     end
   end
   -- Fail at start, not at the first request, when the policy does not load.
-  local ok, e = pcall(policy.load, c.policy)
+  local ok, e = pcall(policy.load, c.policy, { hook_runner = c.hooks and hook_runner or nil })
   if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
   cfg.engine = e
   cfg.proxy = core.proxy_new {
