@@ -21,10 +21,13 @@
  * and v1 paths can be tested against a fake cgroupfs directory.  Files are
  * opened with O_CREAT for that reason: on a real cgroupfs the files exist.
  *
- * Per-run memory cgroups (sessions with a memory ceiling only): before the
- * host hands a warm init its request, run.c moves the init and its
- * workload into a child of the session's memory cgroup, run-<n> (one an
- * ended run left empty is used again: mkdir/rmdir of a memcg is the cost).
+ * Per-run memory cgroups (sessions with a memory ceiling only): as the
+ * zygote offers a warm init, the host (placer.c) moves it into a child of
+ * the session's memory cgroup, run-<n> (one an ended run left empty is
+ * used again: mkdir/rmdir of a memcg is the cost), before the init forks
+ * its workload, which is so born inside; init then roots a cgroup
+ * namespace there (init.c), so the run sees "/".  The host raises the
+ * run's OOM score only when it takes the run (sbx_cgroup_run_claim).
  * The session's limit still bounds it (v1: use_hierarchy; v2: the child
  * sits below the limit), but the run's OOM kills are counted in its own
  * oom_kill counter, and the whole run can be killed through the cgroup:
@@ -532,8 +535,6 @@ static pid_t pidfd_pid(int pidfd)
 	return pid > 0 ? (pid_t)pid : -1;
 }
 
-/* Write pid into dir/cgroup.procs (appended: a fake cgroupfs keeps every
- * one); -1 with errno (ESRCH: it died) and err. */
 /* oom_score_adj 1000 for a run's process (raising needs no privilege; a
  * process already gone is no worry). */
 static void oom_first(long pid)
@@ -547,6 +548,8 @@ static void oom_first(long pid)
 	}
 }
 
+/* Write pid into dir/cgroup.procs (appended: a fake cgroupfs keeps every
+ * one); -1 with errno (ESRCH: it died) and err. */
 static int move_pid(const char *dir, long pid, sbx_err *err)
 {
 	char path[PATH_MAX], v[32];
@@ -565,7 +568,7 @@ static int move_pid(const char *dir, long pid, sbx_err *err)
 	return -1;
 }
 
-int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err)
+int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err)
 {
 	memset(rc, 0, sizeof(*rc));
 	if (!cg->oom_path[0])
@@ -607,40 +610,10 @@ int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, s
 		snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/memory.oom_control",
 			 rc->dir);
 	}
-	/* init first: a workload it forks from now on is born inside (fork
-	 * and migration exclude each other); then the ones it has.  Each is
-	 * also made the OOM killer's first choice (zygote.c: idle inits are
-	 * its second, at 500).  init's score is raised before the move: a
-	 * fork that copied the old score has finished by the time the move
-	 * does (the same exclusion), so its child is among those read below,
-	 * and a later fork copies the new score. */
-	oom_first(pid);
+	/* init alone: it forks its workload only once we say so (init.c),
+	 * so everything of the run is born inside. */
 	if (move_pid(rc->dir, pid, err) < 0)
 		goto fail;
-	char path[96], kids[4096];
-	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)pid);
-	if (slurp(path, "children", kids, sizeof(kids)) < 0) {
-		/* No /proc entry: init died since we moved it (the OOM
-		 * killer takes idle inits too); the caller takes another. */
-		if (errno == ENOENT)
-			errno = ESRCH;
-		sbx_err_set(err, SBX_E_EXECUTION, errno, "read %s/children: %s", path,
-			    strerror(errno));
-		goto fail;
-	}
-	for (char *p = kids, *end; *p; p = end) {
-		long kid = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		/* One that is gone already is no worry. */
-		if (kid > 0 && move_pid(rc->dir, kid, NULL) < 0 && errno != ESRCH) {
-			sbx_err_set(err, SBX_E_EXECUTION, errno, "cgroup: move %ld into %s: %s",
-				    kid, rc->dir, strerror(errno));
-			goto fail;
-		}
-		if (kid > 0)
-			oom_first(kid);
-	}
 	/* (A new cgroup's counter is 0.) */
 	rc->tally = tally_ref(cg->tally);
 	return 0;
@@ -649,6 +622,32 @@ fail:;
 	sbx_cgroup_run_remove(rc);
 	errno = e;
 	return -1;
+}
+
+int sbx_cgroup_run_claim(const sbx_run_cgroup *rc, int pidfd)
+{
+	if (!rc->version)
+		return 0;
+	pid_t pid = pidfd_pid(pidfd);
+	char path[96], kids[4096];
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)pid);
+	/* No /proc entry: init died (the OOM killer takes idle inits too);
+	 * the caller takes another. */
+	if (pid < 0 || slurp(path, "children", kids, sizeof(kids)) < 0) {
+		errno = ESRCH;
+		return -1;
+	}
+	/* init, then the workload it has forked (which has no request yet,
+	 * so forks nothing): what it forks later copies the score. */
+	oom_first(pid);
+	for (char *p = kids, *end; *p; p = end) {
+		long kid = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (kid > 0)
+			oom_first(kid);
+	}
+	return 0;
 }
 
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc)

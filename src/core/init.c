@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -662,6 +663,31 @@ static __attribute__((noinline)) pid_t start_workload(const struct sbx_zygote_cf
 }
 
 /*
+ * With a memory ceiling: wait until the host has put us in the run's own
+ * cgroup ("P": placer.c), so the workload is born in it, then root a
+ * cgroup namespace there: the run sees "/" for its cgroup, not the step
+ * down from the session's (backends none and bubblewrap: no namespace of
+ * ours; bwrap makes its own).  The host dropping us first ends us.
+ */
+static void wait_placed(const struct sbx_zygote_cfg *cfg, int hsock)
+{
+	char c = 0;
+	ssize_t n;
+
+	while ((n = recv(hsock, &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	if (n != 1 || c != 'P')
+		_exit(0);
+	if (!cfg->none && unshare(CLONE_NEWCGROUP) != 0) {
+		char why[96];
+		snprintf(why, sizeof(why), "cgroup namespace: %s", strerror(errno));
+		/* The host sends the request once it sees "w". */
+		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
+		refuse(hsock, why);
+	}
+}
+
+/*
  * One run: fork the workload, wait until it says it started (or is gone),
  * then supervise it until it exits, kill what it left and report.  reused:
  * an earlier run was served here, so the host waits for our "r" before it
@@ -683,6 +709,8 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 			_exit(1);
 		refuse(hsock, strerror(errno));
 	}
+	if (cfg->memory_limited)
+		wait_placed(cfg, hsock);
 	/* At a pids ceiling keep trying for a while, or the next run would
 	 * get this init's refusal although the bomb is long over. */
 	int tries = 0;
@@ -695,10 +723,9 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 						"ceiling"
 					      : strerror(errno));
 	}
-	/* With a memory ceiling the host moves the run's processes into a
-	 * cgroup of their own and raises their OOM score when it takes the
-	 * run: tell it the workload exists (fork has returned, so it is
-	 * listed among our children) before it looks. */
+	/* With a memory ceiling the host raises the run's OOM score when it
+	 * takes the run: tell it the workload exists (fork has returned, so
+	 * it is listed among our children) before it looks. */
 	if (cfg->memory_limited)
 		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
 	close(wsock[1]);

@@ -322,11 +322,15 @@ int sbx_devbpf_attach(const char *cgroup_dir, const char *const *rules, size_t n
 int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err);
 
 /* For a session with a memory ceiling (nothing otherwise: rc->version 0):
- * make the run cgroup of the warm init behind pidfd (v2: with
- * memory.oom.group 1) and move the init, then its children, into it.
- * Call before the request is sent.  -1 with err and errno (ESRCH: the init
- * died; take another). */
-int sbx_cgroup_run_create(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err);
+ * make (or take the spare) run cgroup for the warm init behind pidfd (v2:
+ * with memory.oom.group 1) and move the init alone into it; call before
+ * the init forks its workload (it waits for the host's "P").  -1 with err
+ * and errno (ESRCH: the init died; take another). */
+int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err);
+/* The placed run is taken: oom_score_adj 1000 for its init and the
+ * workload init forked (the OOM killer's first choice; idle runs have
+ * 500).  -1 with errno ESRCH when init is gone.  0 on version 0. */
+int sbx_cgroup_run_claim(const sbx_run_cgroup *rc, int pidfd);
 /* The run's own oom_kill count, or -1. */
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc);
 /* SIGKILL every process of the run (v2: cgroup.kill; else pid by pid
@@ -339,8 +343,28 @@ int sbx_cgroup_run_kill(const sbx_run_cgroup *rc);
  * kills added to the session's count (v1).  -1 when it would
  * not go (the session's destroy tries again).  Safe on version 0. */
 int sbx_cgroup_run_remove(sbx_run_cgroup *rc);
+/* A memory-limited session's placer (placer.c): a thread that reads the
+ * zygote's offers from ctl_fd, puts each init in a run cgroup of its own
+ * and says "P" to it, and passes the offer on as a struct sbx_placed (with
+ * the offer's two fds) to sbx_placer_recv. */
+typedef struct sbx_placer sbx_placer;
+struct sbx_placed {
+	struct sbx_proto_offer off;
+	int32_t place_errno; /* 0: placed in rc (ESRCH: the init died) */
+	char msg[256];	     /* why not */
+	sbx_run_cgroup rc;   /* owned by whoever receives it */
+};
+sbx_placer *sbx_placer_start(int ctl_fd, const sbx_cgroup *cg, sbx_err *err);
+/* Readable when a placed offer (or the end: EOF) is there. */
+int sbx_placer_fd(const sbx_placer *p);
+/* One placed offer, as sbx_proto_recv_fds returns it (0: the zygote is
+ * gone). */
+ssize_t sbx_placer_recv(sbx_placer *p, struct sbx_placed *pl, int fds[2], size_t *nfds);
+/* End the thread; what it placed and nobody took is let go.  NULL: no-op. */
+void sbx_placer_stop(sbx_placer *p);
 /* The session's cgroup (for run.c). */
 const sbx_cgroup *sbx_session_cgroup(const sbx_session *s);
+
 
 /* The session's OOM counter file (for run.c), NULL without a memory ceiling. */
 const char *sbx_session_oom_path(const sbx_session *s);
@@ -349,9 +373,13 @@ const char *sbx_session_oom_path(const sbx_session *s);
  * and pidfd become the caller's.  A given-back init that is ready comes
  * first; otherwise the zygote's offer, and the zygote is asked
  * for the next (of the same mode: the next run most likely wants what
- * this one did).  Returns 0, or -1 with err (SessionClosed when the
- * zygote is gone). */
-int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err);
+ * this one did).  With a memory ceiling the offer comes placed: *rc is
+ * its run cgroup, the caller's (version 0: none, or backends none and
+ * bubblewrap, whose init the caller places).  Returns 0, or -1 with err
+ * (SessionClosed when the zygote is gone; ESRCH: the init died before it
+ * was placed, take another). */
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+			  sbx_err *err);
 /* Backends none and bubblewrap: the host forks each run's init, which has
  * no PID namespace of its own (SBX_SIG_KILL_RUN). */
 bool sbx_session_direct(const sbx_session *s);
@@ -365,7 +393,6 @@ int sbx_session_reuse_fd(const sbx_session *s);
 int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, uid_t aux, sbx_err *err);
 /* Explain why user namespaces are unavailable, for BackendUnavailable. */
 void sbx_userns_explain(int clone_errno, sbx_err *err);
-
 
 /* ---- open mode (opennet.c) ---- */
 typedef struct sbx_opennet { pid_t pid; int pidfd; } sbx_opennet;   /* the pasta process */

@@ -7,7 +7,8 @@
  * closed under it only makes the status pipe hit EOF early.
  *
  * In a session with a memory ceiling each run has a memory cgroup of its
- * own (cgroup.c), made before the request is sent.  While the run goes,
+ * own (cgroup.c), which its init joined before it forked the workload
+ * (placer.c, or ready_limited here).  While the run goes,
  * sbx_run_next looks at its oom_kill counter every OOM_POLL_MS; once the
  * OOM killer took any process of the run, the whole run is killed through
  * the cgroup and ends as SBX_TERM_OOM.  sbx_run_kill(SIGKILL) and the end
@@ -131,6 +132,27 @@ static bool workload_forked(int sock)
 	return n == 1 && recv(sock, &c, 1, MSG_DONTWAIT) == 1 && c == 'w';
 }
 
+/* A memory-limited run's init, taken: in its run cgroup (placed before it
+ * forked its workload, so all of the run is born in it, and its cgroup
+ * namespace is rooted there: init.c), its workload forked ("w"), then the
+ * OOM killer's first choice.  The zygote's inits come placed (placer.c);
+ * those of backends none and bubblewrap, forked on demand, are placed
+ * here, and "P" lets them go on.  0; 1 when the init died (take another);
+ * -1 with err when it cannot be placed. */
+static int ready_limited(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *cg, sbx_err *err)
+{
+	struct pollfd dead = {pidfd, POLLIN, 0};
+	if (poll(&dead, 1, 0) == 1)
+		return 1;
+	if (!cg->version) {
+		if (sbx_cgroup_run_place(sbx_session_cgroup(s), pidfd, cg, err) < 0)
+			return errno == ESRCH ? 1 : -1;
+		if (send(sock, "P", 1, MSG_NOSIGNAL) != 1)
+			return 1;
+	}
+	return workload_forked(sock) && sbx_cgroup_run_claim(cg, pidfd) == 0 ? 0 : 1;
+}
+
 /* Hand the request to the session's warm init.  One that died before we
  * took it (its socket refuses) is replaced once. */
 static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
@@ -143,28 +165,20 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	bool limited = sbx_session_oom_path(s) != NULL;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
-		if (sbx_session_take_warm(s, mode, &sock, pidfd, err) < 0)
-			return -1;
-		struct pollfd dead = {*pidfd, POLLIN, 0};
-		if (limited && poll(&dead, 1, 0) == 1) {
-			close(sock);
-			close_fd(pidfd);
-			continue;
-		}
-		/* Into a cgroup of its own before it gets anything to run,
-		 * once init says its workload exists (init.c). */
-		if (limited && !workload_forked(sock)) {
-			close(sock);
-			close_fd(pidfd);
-			continue;
-		}
-		if (limited && sbx_cgroup_run_create(sbx_session_cgroup(s), *pidfd, cg, err) < 0) {
-			int e = err ? err->sys_errno : errno;
-			close(sock);
-			close_fd(pidfd);
-			if (e == ESRCH)
+		if (sbx_session_take_warm(s, mode, &sock, pidfd, cg, err) < 0) {
+			if (limited && errno == ESRCH)
 				continue;
 			return -1;
+		}
+		int not_ready = limited ? ready_limited(s, sock, *pidfd, cg, err) : 0;
+		if (not_ready) {
+			close(sock);
+			close_fd(pidfd);
+			sbx_cgroup_run_kill(cg);
+			sbx_cgroup_run_remove(cg);
+			if (not_ready < 0)
+				return -1;
+			continue;
 		}
 		int rc = sbx_proto_send_run(sock, req, payload, fds);
 		int saved = errno;
@@ -252,6 +266,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		goto fail;
 	r->next_check = now_ns() + OOM_POLL_MS * 1000000ull;
 	for (int i = 0; i < 4; i++)
+
 		close_fd(&child[i]);
 	free(payload);
 	return r;
@@ -265,7 +280,6 @@ fail:
 	sbx_run_free(r);
 	return NULL;
 }
-
 
 /* Has the run's own oom_kill counter grown?  The kernel sends the victim
  * SIGKILL before it counts the kill (and logs to the console in between),

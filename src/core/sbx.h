@@ -153,7 +153,9 @@ int sbx_session_ready_fd(const sbx_session *s);
 int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
 /*
  * An fd (owned by the session) that is readable when the zygote has a warm
- * run on offer, so that the next sbx_run_start finds one without waiting;
+ * run on offer (with a memory ceiling: once the session's placer thread
+ * has put it in its run cgroup), so that the next sbx_run_start finds one
+ * without waiting;
  * -1 when there is nothing to wait for (backends without a zygote, or a
  * warm run of this mode already set aside).
  */

@@ -98,7 +98,11 @@ struct sbx_session {
 	 * waited: kept for the next run of its mode (sock -1: none). */
 	struct {
 		int sock, pidfd;
+		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */
 	} spare[SBX_NET_NMODES];
+	/* With a memory ceiling: the thread that places each offered init in
+	 * a run cgroup of its own (placer.c); offers come from it. */
+	sbx_placer *placer;
 	/* Reuse: runs give their init back through inbox (a socketpair; runs
 	 * hold a copy of inbox[1], not a pointer to us), and take_warm keeps
 	 * them in idle until they say they are ready ("r"). */
@@ -115,13 +119,19 @@ struct sbx_session {
 	char **open_deny; /* open: the caller's deny list, copied for finish */
 };
 
-/* Wait for the zygote's next offer of a warm init. */
-static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_err *err)
+/* Wait for the zygote's next offer of a warm init (with a memory
+ * ceiling: once the placer has put it in its run cgroup, *rc).  -1 with
+ * err; -2 with err and errno when the offer came but was not placed
+ * (ESRCH: its init died). */
+static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
+		      sbx_err *err)
 {
+	struct sbx_placed pl;
 	struct sbx_proto_offer off;
-	struct pollfd pfd = {s->ctl_fd, POLLIN, 0};
+	struct pollfd pfd = {s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd, POLLIN, 0};
 	int fds[2] = {-1, -1}, pr;
 	size_t nfds;
+	ssize_t n;
 
 	while ((pr = poll(&pfd, 1, READY_TIMEOUT_MS)) < 0 && errno == EINTR)
 		;
@@ -129,9 +139,26 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_
 		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
 				   "the sandbox did not offer a run within %d ms", READY_TIMEOUT_MS);
 	memset(&off, 0, sizeof(off));
-	ssize_t n = sbx_proto_recv_fds(s->ctl_fd, &off, sizeof(off), fds, 2, &nfds);
+	if (s->placer) {
+		n = sbx_placer_recv(s->placer, &pl, fds, &nfds);
+		off = pl.off;
+		*rc = pl.rc;
+		if (n > 0)
+			n = sizeof(off);
+	} else {
+		n = sbx_proto_recv_fds(s->ctl_fd, &off, sizeof(off), fds, 2, &nfds);
+	}
 	if (n <= 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	if (s->placer && off.err_no == 0 && pl.place_errno != 0) {
+		/* Not placed: the init died (take another) or the cgroup
+		 * refused (the run fails with why). */
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		sbx_err_set(err, SBX_E_EXECUTION, pl.place_errno, "%s", pl.msg);
+		errno = pl.place_errno;
+		return -2;
+	}
 	if (n != sizeof(off) || off.magic != SBX_PROTO_MAGIC || off.err_no != 0 || nfds != 2) {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
@@ -320,11 +347,23 @@ int sbx_session_offer_fd(const sbx_session *s, sbx_net mode)
 {
 	if (s->none || s->pending || mode >= SBX_NET_NMODES || s->spare[mode].sock >= 0)
 		return -1;
-	return s->ctl_fd;
+	/* With a memory ceiling an offer is ready once it is placed. */
+	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
 }
 
-int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_err *err)
+/* Let an offer go: closing its socket ends the init; its cgroup goes. */
+static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 {
+	close(sock);
+	close(pidfd);
+	sbx_cgroup_run_kill(rc);
+	sbx_cgroup_run_remove(rc);
+}
+
+int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+			  sbx_err *err)
+{
+	memset(rc, 0, sizeof(*rc));
 	if (mode > s->net)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "network_mode %s is wider than the session's %s", sbx_net_name(mode),
@@ -350,28 +389,38 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 	 * ours comes. */
 	for (;;) {
 		sbx_net got = SBX_NET_BLOCKED;
+		int rc_;
 		if (s->spare[mode].sock >= 0) {
 			*sock = s->spare[mode].sock;
 			*pidfd = s->spare[mode].pidfd;
+			*rc = s->spare[mode].rc;
+			memset(&s->spare[mode].rc, 0, sizeof(*rc));
 			s->spare[mode].sock = s->spare[mode].pidfd = -1;
 			got = mode;
-		} else if (recv_offer(s, sock, pidfd, &got, err) < 0) {
+		} else if ((rc_ = recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
+			/* An offer that could not be placed still asks for
+			 * the next. */
+			int e = errno;
+			if (rc_ == -2)
+				(void)send_want(s, mode);
+			errno = e;
 			return -1;
 		}
 		if (send_want(s, mode) < 0) {
-			close(*sock);
-			close(*pidfd);
-			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+			drop_offer(*sock, *pidfd, rc);
+			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
+					   "the session has ended");
 		}
 		if (got == mode)
 			return 0;
 		if (got < SBX_NET_NMODES && s->spare[got].sock < 0) {
 			s->spare[got].sock = *sock;
 			s->spare[got].pidfd = *pidfd;
+			s->spare[got].rc = *rc;
 		} else {
-			close(*sock);
-			close(*pidfd);
+			drop_offer(*sock, *pidfd, rc);
 		}
+		memset(rc, 0, sizeof(*rc));
 	}
 }
 
@@ -1311,8 +1360,11 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
 	if (rc != 0)
 		return rc;
 	s->pending = false;
-	if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
-	    (s->net >= SBX_NET_OPEN && open_ns < 0))
+	/* Each warm init goes into its run cgroup as it is offered. */
+	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
+		rc = -1;
+	else if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
+		 (s->net >= SBX_NET_OPEN && open_ns < 0))
 		rc = sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
 				 "the sandbox did not hand over its %s network",
 				 sbx_net_name(s->net));
@@ -1352,11 +1404,11 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	}
 	reap_direct(s, true);
 	sbx_opennet_stop(&s->open);
+	sbx_placer_stop(s->placer);
+	s->placer = NULL;
 	for (int m = 0; m < SBX_NET_NMODES; m++) {
-		if (s->spare[m].sock >= 0) {
-			close(s->spare[m].sock);
-			close(s->spare[m].pidfd);
-		}
+		if (s->spare[m].sock >= 0)
+			drop_offer(s->spare[m].sock, s->spare[m].pidfd, &s->spare[m].rc);
 	}
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		for (size_t i = 0; i < s->n_idle[m]; i++) {

@@ -71,7 +71,7 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 	/* With a memory ceiling the OOM killer must take a running command
 	 * first, an idle warm run next, and never the session.  A running
 	 * command has oom_score_adj 1000 (the host raises it when it takes
-	 * the run: sbx_cgroup_run_create); each init (and so its workload) is
+	 * the run: sbx_cgroup_run_claim); each init (and so its workload) is
 	 * born with 500, which still outweighs any size the zygote can have
 	 * within the ceiling: memory held by what is no process (a dead
 	 * run's tmpfs being freed) then costs an idle run, which the host

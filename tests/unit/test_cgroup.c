@@ -125,8 +125,9 @@ static void test_v2_no_memory_no_leaf(void **state)
 	assert_file(dir, "cgroup.procs", "4243");
 	/* No memory ceiling: no run cgroup, nothing to kill. */
 	sbx_run_cgroup rc;
-	assert_int_equal(sbx_cgroup_run_create(&cg, 0, &rc, &err), 0);
+	assert_int_equal(sbx_cgroup_run_place(&cg, 0, &rc, &err), 0);
 	assert_int_equal(rc.version, 0);
+	assert_int_equal(sbx_cgroup_run_claim(&rc, 0), 0);
 	assert_int_equal(sbx_cgroup_run_kill(&rc), 0);
 	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
 	sbx_cgroup_destroy(&cg, NULL);
@@ -161,6 +162,24 @@ static pid_t tree(pid_t *grandchild)
 	return child;
 }
 
+/* What a real cgroupfs does for a process forked by one inside: list it. */
+static void born_inside(const char *dir, pid_t pid)
+{
+	char p[PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/cgroup.procs", dir);
+	FILE *f = fopen(p, "a");
+	assert_non_null(f);
+	fprintf(f, "%d\n", (int)pid);
+	fclose(f);
+}
+
+static void assert_oom_adj(pid_t pid, const char *want)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d", (int)pid);
+	assert_file(p, "oom_score_adj", want);
+}
+
 /* Did pid die of SIGKILL (within a second)?  Its pidfd turns readable. */
 static bool died(int pidfd)
 {
@@ -183,7 +202,7 @@ static void test_v2_run_cgroup(void **state)
 	write_file(root, "cgroup.controllers", "memory pids\n");
 	if (sbx_cgroup_create(&cg, root, "r2", &lim, &err) != 0)
 		fail_msg("create: %s", err.msg);
-	if (sbx_cgroup_run_create(&cg, pidfd, &rc, &err) != 0)
+	if (sbx_cgroup_run_place(&cg, pidfd, &rc, &err) != 0)
 		fail_msg("run create: %s", err.msg);
 	snprintf(dir, sizeof(dir), "%s/sbx/r2", root);
 	snprintf(want, sizeof(want), "%s/run-", dir);
@@ -191,9 +210,17 @@ static void test_v2_run_cgroup(void **state)
 	assert_true(strncmp(rc.dir, want, strlen(want)) == 0);
 	/* The kernel kills the whole run itself. */
 	assert_file(rc.dir, "memory.oom.group", "1");
-	/* init first, then the child it has. */
-	snprintf(procs, sizeof(procs), "%d\n%d\n", (int)child, (int)g);
+	/* init alone: it forks its workload only once placed, so the
+	 * workload is born inside (the kernel lists it: here, we do). */
+	snprintf(procs, sizeof(procs), "%d\n", (int)child);
 	assert_file(rc.dir, "cgroup.procs", procs);
+	assert_oom_adj(child, "0\n");
+	born_inside(rc.dir, g);
+	/* Taken: init and its workload become the OOM killer's first
+	 * choice; placing alone did not make them so. */
+	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
+	assert_oom_adj(child, "1000\n");
+	assert_oom_adj(g, "1000\n");
 	assert_true(strstr(rc.oom_path, "/run-") && strstr(rc.oom_path, "/memory.events"));
 	assert_int_equal(rc.oom_base, 0);
 	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), -1);
@@ -221,18 +248,20 @@ static void test_v2_run_cgroup(void **state)
 	assert_null(rc.tally);
 	child = tree(&g);
 	pidfd = pidfd_open_(child);
-	if (sbx_cgroup_run_create(&cg, pidfd, &rc, &err) != 0)
+	if (sbx_cgroup_run_place(&cg, pidfd, &rc, &err) != 0)
 		fail_msg("run create again: %s", err.msg);
 	assert_string_equal(rc.dir, kept);
 	assert_int_equal(rc.oom_base, 1);
 	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 1);
-	snprintf(procs, sizeof(procs), "%d\n%d\n", (int)child, (int)g);
+	snprintf(procs, sizeof(procs), "%d\n", (int)child);
 	assert_file(rc.dir, "cgroup.procs", procs);
+	born_inside(rc.dir, g);
 	/* A second run while the first still has it: a new cgroup. */
 	sbx_run_cgroup rc2;
 	pid_t g2, child2 = tree(&g2);
 	int pidfd2 = pidfd_open_(child2);
-	assert_int_equal(sbx_cgroup_run_create(&cg, pidfd2, &rc2, &err), 0);
+	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd2, &rc2, &err), 0);
+	born_inside(rc2.dir, g2);
 	assert_string_not_equal(rc2.dir, kept);
 	assert_int_equal(rc2.oom_base, 0);
 	sbx_cgroup_run_kill(&rc);
@@ -261,7 +290,7 @@ static void test_v2_run_cgroup_kill_file(void **state)
 
 	write_file(root, "cgroup.controllers", "memory\n");
 	assert_int_equal(sbx_cgroup_create(&cg, root, "k2", &lim, &err), 0);
-	assert_int_equal(sbx_cgroup_run_create(&cg, pidfd, &rc, &err), 0);
+	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd, &rc, &err), 0);
 	/* With cgroup.kill (5.14+) one write kills it all, forks included. */
 	write_file(rc.dir, "cgroup.kill", "");
 	assert_int_equal(sbx_cgroup_run_kill(&rc), 0);
@@ -293,9 +322,15 @@ static void test_run_cgroup_dead_init(void **state)
 	waitpid(child, NULL, 0);
 	/* Reaped: its pidfd names no pid; the caller takes another init. */
 	errno = 0;
-	assert_int_equal(sbx_cgroup_run_create(&cg, pidfd, &rc, &err), -1);
+	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd, &rc, &err), -1);
 	assert_int_equal(errno, ESRCH);
 	assert_int_equal(rc.version, 0);
+	/* A placed run whose init died before it was taken: the same. */
+	rc.version = 2;
+	errno = 0;
+	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), -1);
+	assert_int_equal(errno, ESRCH);
+	rc.version = 0;
 	close(pidfd);
 	sbx_cgroup_destroy(&cg, NULL);
 }
@@ -419,7 +454,8 @@ static void test_v2_device_program_enforces(void **state)
 	rmdir(dir);
 	assert_true(WIFEXITED(st));
 	if (WEXITSTATUS(st) != 0)
-		fail_msg("child: %s%s%s%s", WEXITSTATUS(st) == 100 ? "could not join the cgroup " : "",
+		fail_msg("child: %s%s%s%s",
+			 WEXITSTATUS(st) == 100 ? "could not join the cgroup " : "",
 			 WEXITSTATUS(st) & 1 ? "/dev/null refused; " : "",
 			 WEXITSTATUS(st) & 2 ? "/dev/zero allowed; " : "",
 			 WEXITSTATUS(st) & 4 ? "mknod allowed" : "");
@@ -431,8 +467,11 @@ static void test_v1_limits(void **state)
 	sbx_cgroup cg;
 	sbx_err err = {0};
 	const char *rules[] = {"c 195:0 rw", "c 195:255 rw"};
-	sbx_cgroup_limits lim = {.memory_bytes = 1u << 30, .cpu_milli = 500, .pids_max = 64,
-				 .devices = rules, .n_devices = 2};
+	sbx_cgroup_limits lim = {.memory_bytes = 1u << 30,
+				 .cpu_milli = 500,
+				 .pids_max = 64,
+				 .devices = rules,
+				 .n_devices = 2};
 	char d[PATH_MAX];
 
 	for (const char *c = "memory\0cpu\0cpuacct\0pids\0devices\0"; *c; c += strlen(c) + 1) {
@@ -470,9 +509,10 @@ static void test_v1_limits(void **state)
 	sbx_run_cgroup rc;
 	pid_t g, child = tree(&g);
 	int pidfd = pidfd_open_(child);
-	if (sbx_cgroup_run_create(&cg, pidfd, &rc, &err) != 0)
+	if (sbx_cgroup_run_place(&cg, pidfd, &rc, &err) != 0)
 		fail_msg("run create: %s", err.msg);
 	assert_int_equal(rc.version, 1);
+	born_inside(rc.dir, g);
 	snprintf(d, sizeof(d), "%s/memory/sbx/v1id/run-", root);
 	assert_true(strncmp(rc.dir, d, strlen(d)) == 0);
 	snprintf(d, sizeof(d), "%s", rc.dir);
@@ -536,7 +576,8 @@ static void test_parse_oom_kills(void **state)
 {
 	(void)state;
 	assert_int_equal(sbx_cgroup_parse_oom_kills("oom_kill 5\n"), 5);
-	assert_int_equal(sbx_cgroup_parse_oom_kills("low 1\noom 4\noom_kill 3\noom_group_kill 0\n"), 3);
+	assert_int_equal(sbx_cgroup_parse_oom_kills("low 1\noom 4\noom_kill 3\noom_group_kill 0\n"),
+			 3);
 	assert_int_equal(sbx_cgroup_parse_oom_kills("oom_kill_disable 0\nunder_oom 0\n"), -1);
 	assert_int_equal(sbx_cgroup_parse_oom_kills(""), -1);
 }
@@ -545,7 +586,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_v2_limits, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_v2_existing_dir_and_oom_counter, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_existing_dir_and_oom_counter, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_v2_no_memory_no_leaf, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_run_cgroup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_run_cgroup_kill_file, setup, teardown),
