@@ -35,6 +35,23 @@
 --
 -- A process that is garbage collected while still running is killed:
 -- keep it (or wait for it) as long as it should run.
+--
+-- One Process, two event sources (so on-device and remote runs behave the
+-- same by construction): a local run (an sbx.core run object, wrapped by
+-- local_source below) and a remote run's HTTP/2 event stream
+-- (sbx.remote.stream).  A source has
+--   src:next(timeout_ms, want_stdout, want_stderr) -> "stdout"|"stderr", data
+--       | "exit", res | false (the slice passed).  Output of a stream not
+--       wanted stays with the source (its producer blocks: backpressure);
+--       "exit" comes only once both streams are drained.  res = { term
+--       ("exit", "signal", "timeout", "killed", "oom", "detached" or
+--       "error"), returncode, signo, runtime_ms, backend?, error (the
+--       reason) or err (an sbx error table) for "error" }.
+--   src:eof(stream)     true once stream has no more output to give
+--   src:kill(signo)     -> true [, "ended": the exit is known already]
+--                          | false, kind, message
+--   src:close()         free what the source holds
+--   src:buffered()      bytes it holds that the Process has not taken
 
 local errors = require "sbx.errors"
 
@@ -56,14 +73,37 @@ local function now_ms(core)
   return core and core.monotonic_ms and core.monotonic_ms() or os.time() * 1000
 end
 
--- new(run, info) -> Process.  run: an sbx.core run; info = { cmd, backend,
--- stdout, stderr (the modes: "pipe", "null", "inherit"), core,
--- session_closed (a function: true once the session was closed) }.
-function M.new(run, info)
+-- The local run as an event source: the core run does the work.
+local LocalSource = {}
+LocalSource.__index = LocalSource
+
+function M.local_source(run)
+  return setmetatable({ run = run }, LocalSource)
+end
+
+function LocalSource:next(timeout, want_out, want_err)
+  local ev, a, b = self.run:next(timeout, want_out, want_err)
+  if ev == "stdout" or ev == "stderr" or ev == "exit" or ev == false then return ev, a end
+  return "exit", { term = "error", error = ("reading the run failed: %s: %s"):format(tostring(a), tostring(b)) }
+end
+
+function LocalSource:eof(stream)
+  local out_fd, err_fd = self.run:fds()
+  return (stream == "stdout" and out_fd or err_fd) < 0
+end
+
+function LocalSource:kill(signo) return self.run:kill(signo) end
+function LocalSource:close() self.run:close() end
+function LocalSource:buffered() return 0 end
+
+-- from_source(src, info) -> Process.  info = { cmd, backend, stdout, stderr
+-- (the modes: "pipe", "null", "inherit"), core, session_closed (a
+-- function: true once the session was closed) }.
+function M.from_source(src, info)
   local p = {
     cmd = info.cmd,
     backend = info.backend,
-    _run = run,
+    _src = src,
     _core = info.core,
     _session_closed = info.session_closed,
     _t0 = now_ms(info.core),
@@ -76,6 +116,11 @@ function M.new(run, info)
     _done = false,
   }
   return setmetatable(p, Process)
+end
+
+-- new(run, info) -> Process over an sbx.core run (see from_source).
+function M.new(run, info)
+  return M.from_source(M.local_source(run), info)
 end
 
 function M.is_process(v)
@@ -96,59 +141,61 @@ end
 -- SandboxExecutionError, but a cwd that does not exist inside the sandbox
 -- (the core reports "cwd <path>: <why>" before starting the command) is
 -- the caller's mistake: InvalidArgument.
-local function fail(p, reason, runtime_ms)
+-- A source that already knows the error's kind passes it as err.
+local function fail(p, reason, runtime_ms, err)
   p._done = true
   p.returncode = -1
   p.runtime_ms = runtime_ms or (now_ms(p._core) - p._t0)
   p.termination_reason = "error"
-  if type(reason) == "string" and reason:match("^cwd ") then
+  if err then
+    p._error = err
+  elseif type(reason) == "string" and reason:match("^cwd ") then
     p._error = errors.InvalidArgument("cwd", reason:sub(5))
   elseif p._session_closed and p._session_closed() then
     p._error = errors.SessionClosed("the session was closed while the command ran")
   else
     p._error = errors.SandboxExecutionError(reason, p.backend, p.runtime_ms)
   end
-  if p._run then p._run:close() p._run = nil end
+  if p._src then p._src:close() p._src = nil end
   errors.raise(p._error)
 end
 
 local function finish(p, res)
   if res.term == "error" then
-    fail(p, res.error or "the sandbox lost the run", res.runtime_ms)
+    fail(p, res.error or "the sandbox lost the run", res.runtime_ms, res.err)
   end
   p._done = true
   p.returncode = res.returncode
   p.runtime_ms = res.runtime_ms
-  p.signal = res.signo ~= 0 and res.signo or nil
+  p.backend = res.backend or p.backend
+  p.signal = res.signo and res.signo ~= 0 and res.signo or nil
   p.termination_reason = res.term == "exit" and "" or res.term
-  -- Free the pipes and the pidfd now rather than at the next collection.
-  p._run:close()
-  p._run = nil
+  -- Free the pipes and the pidfd (or the stream) now rather than at the
+  -- next collection.
+  p._src:close()
+  p._src = nil
 end
 
--- One event from the core.  Returns the stream that got data, "exit", or
+-- One event from the source.  Returns the stream that got data, "exit", or
 -- false when the slice passed with nothing.
 local function step(p, want_out, want_err, timeout)
-  local ev, a, b = p._run:next(timeout or M.WAIT_SLICE_MS, want_out, want_err)
+  local ev, a = p._src:next(timeout or M.WAIT_SLICE_MS, want_out, want_err)
   if ev == "stdout" or ev == "stderr" then
     local c = p._chunks[ev]
     c[#c + 1] = a
     p._size[ev] = p._size[ev] + #a
     return ev
-  elseif ev == "exit" then
+  end
+  if ev == "exit" then
     finish(p, a)
     return "exit"
-  elseif ev == false then
-    return false
   end
-  fail(p, ("reading the run failed: %s: %s"):format(tostring(a), tostring(b)))
+  return false
 end
 
--- Has stream reached its end?  The core closes a pipe at EOF.
+-- Has stream reached its end?
 local function at_eof(p, stream)
-  if p._done then return true end
-  local out_fd, err_fd = p._run:fds()
-  return (stream == "stdout" and out_fd or err_fd) < 0
+  return p._done or p._src:eof(stream)
 end
 
 -- Wait for output of stream, reading the other stream as long as its
@@ -279,17 +326,61 @@ function Process:kill(sig)
     errors.raise(errors.InvalidArgument("sig", "a signal number (1-64) or name expected, got " .. tostring(sig)))
   end
   if self._done then return false end
-  local ok, kind, msg = self._run:kill(signo)
+  local ok, kind, msg = self._src:kill(signo)
   if not ok then
     errors.raise(errors.SandboxExecutionError(("kill: %s: %s"):format(tostring(kind), tostring(msg)),
       self.backend, now_ms(self._core) - self._t0))
   end
+  -- A source that knows the end at once (a remote run lets go of its
+  -- stream): take what it holds and the exit now, so the fields are set.
+  if kind == "ended" then
+    while not self._done do step(self, true, true, 0) end
+  end
   return true
 end
 
--- done() -> true once the exit has been seen.
+-- The next output of either captured stream as it arrives: stream name
+-- and data, or nil once both ended (the run's error, if any, is raised).
+-- sbxlua --remote uses it to copy a run's output to the terminal.
+function Process:read_any()
+  raise_stored(self)
+  while true do
+    local open = false
+    for _, st in ipairs { "stdout", "stderr" } do
+      if self._captured[st] then
+        local data = take(self, st)
+        if data ~= "" then return st, data end
+        if not at_eof(self, st) then open = true end
+      end
+    end
+    if not open then
+      -- Both ended: the exit (and its fields) comes next.
+      while not self._done do step(self, self._captured.stdout, self._captured.stderr) end
+      raise_stored(self)
+      return nil
+    end
+    step(self, self._captured.stdout, self._captured.stderr)
+  end
+end
+
+-- done() -> true once the exit has been seen.  Looks (without waiting)
+-- for news first, taking output as lines/read would, within the cap.
 function Process:done()
+  if not self._done then
+    raise_stored(self)
+    local c = self._captured
+    step(self, c.stdout and self._size.stdout < M.BUFFER_CAP, c.stderr and self._size.stderr < M.BUFFER_CAP, 0)
+  end
   return self._done
+end
+
+-- _buffered(stream) -> bytes of stream's output held in memory and not
+-- yet returned (the Process's buffers and what the source holds; for the
+-- backpressure specs).
+function Process:_buffered(stream)
+  local n = self._size[stream] + #self._partial[stream]
+  for i = self._lhead[stream], #self._lines[stream] do n = n + #self._lines[stream][i] + 1 end
+  return n + (self._src and self._src:buffered(stream) or 0)
 end
 
 return M

@@ -29,10 +29,12 @@
 -- (connection refused, reset, server gone) are SandboxExecutionError with
 -- a reason; nothing waits forever on a dead server.
 --
--- Process objects behave like sbx.process's (lines, read, communicate,
--- wait, kill, done; returncode, signal, termination_reason, runtime_ms,
--- backend).  p:kill() resets the run's HTTP/2 stream: the server kills the
--- run (any signal given is reported, but the server always sends SIGKILL).
+-- s:run() returns an sbx.process Process (the same object as on-device,
+-- over the run's event stream: sbx.remote.stream), so lines, read,
+-- read_any, communicate, wait, kill, done, the capture checks, the buffer
+-- cap and the exit fields are the on-device ones.  p:kill() resets the
+-- run's HTTP/2 stream: the server kills the run (any signal given is
+-- checked, but the server always sends SIGKILL: -9, "killed").
 --
 -- Detached runs: s:run(cmd, { detach = true }) returns a process whose
 -- p.run_id (32 hex chars) names the run on the server; the run goes on
@@ -46,6 +48,9 @@ local errors = require "sbx.errors"
 local options = require "sbx.options"
 local http = require "sbx.remote.http"
 local msgpack = require "sbx.remote.msgpack"
+local answer = require "sbx.remote.answer"
+local stream = require "sbx.remote.stream"
+local process = require "sbx.process"
 
 local M = {}
 
@@ -56,44 +61,9 @@ local UPLOAD_CHUNK = 4 * 1024 * 1024
 
 local Session = {}
 Session.__index = Session
-local Process = {}
-Process.__index = Process
 
-local function transport_error(reason, backend)
-  return errors.SandboxExecutionError("remote: " .. tostring(reason), backend, 0)
-end
-
--- An error answer (status, body bytes) as an sbx error table.
-local function answer_error(status, body, ctype)
-  local t
-  if body and body ~= "" and ctype and ctype:match("msgpack") then
-    local ok, v = pcall(msgpack.decode, body)
-    if ok and type(v) == "table" then t = v end
-  end
-  t = t or { message = ("HTTP %d"):format(status) }
-  local kind, msg = t.kind, tostring(t.message or ("HTTP " .. status))
-  if kind and errors.KINDS[kind] then
-    local fields = {}
-    for k, v in pairs(t) do if k ~= "kind" and k ~= "message" then fields[k] = v end end
-    fields.status = status
-    return errors.new(kind, msg, fields)
-  end
-  if status == 401 then return errors.PolicyDenied("auth", "remote: " .. msg) end
-  if status == 403 then return errors.PolicyDenied("ownership", "remote: " .. msg) end
-  if status == 429 then
-    local e = errors.PolicyDenied("limits", "remote: " .. msg)
-    e.retry_after_s = t.retry_after_s or 1
-    return e
-  end
-  if status == 404 and kind == "NotFound" then return errors.SessionClosed("remote: " .. msg) end
-  if status == 413 then return errors.InvalidArgument("data", "remote: " .. msg) end
-  if status == 409 then -- an upload chunk at the wrong offset: the file's real size
-    local e = errors.SandboxExecutionError("remote: " .. msg, nil, 0)
-    e.status, e.path, e.offset, e.size = status, t.path, t.offset, t.size
-    return e
-  end
-  return errors.SandboxExecutionError(("remote: HTTP %d: %s"):format(status, msg), nil, 0)
-end
+local transport_error = answer.transport
+local answer_error = answer.http
 
 local function read_token_file(path)
   local f, err = io.open(path, "rb")
@@ -212,206 +182,19 @@ end
 
 local function spath(s, rest) return "/v1/sessions/" .. s.id .. (rest or "") end
 
--- ---- processes ----
+-- ---- processes: sbx.process over the run's event stream ----
 
-local function proc_feed(p, chunk, req)
-  p._rx = p._rx .. chunk
-  if req.status and req.status >= 300 then return end -- an error answer: kept whole
-  local pos = 1
-  while true do
-    local ok, ev, npos = pcall(msgpack.decode, p._rx, pos)
-    if not ok then p._protocol_error = tostring(ev) break end
-    if ev == nil then break end
-    pos = npos
-    if type(ev) == "table" then
-      if (ev.type == "stdout" or ev.type == "stderr") and type(ev.data) == "string" then
-        local q = p._chunks[ev.type]
-        q[#q + 1] = ev.data
-      elseif ev.type == "exit" or ev.type == "error" then
-        p._final = ev
-      elseif ev.type == "run" and type(ev.run_id) == "string" then
-        p.run_id = ev.run_id
-      elseif ev.type == "dropped" then
-        p.dropped_events = (p.dropped_events or 0) + (tonumber(ev.events) or 0)
-        p.dropped_bytes = (p.dropped_bytes or 0) + (tonumber(ev.bytes) or 0)
-      end
-    end
-  end
-  if pos > 1 then p._rx = p._rx:sub(pos) end
+local core_ok, core = pcall(require, "sbx.core")
+
+-- The Process of a started stream; what the stream announced so far
+-- (run_id, dropped_*) becomes its fields, and later announcements too.
+local function process_of(src, s, cmd, modes)
+  local p = process.from_source(src, { cmd = cmd, backend = s.backend, stdout = modes.stdout,
+    stderr = modes.stderr, core = core_ok and core or nil })
+  for k, v in pairs(src.meta) do p[k] = v end
+  src.meta = p
+  return p
 end
-
-local function finish(p)
-  if p._done then return end
-  local ev, r = p._final, p._req
-  p._done = true
-  if not ev then
-    local why = p._protocol_error or (r and r.error) or "the stream ended without an exit event"
-    if r and r.status and r.status >= 300 then
-      p._error = answer_error(r.status, p._rx, r.content_type)
-    else
-      p._error = transport_error(why, p.backend)
-    end
-  elseif ev.type == "error" then
-    local kind = errors.KINDS[ev.kind] and ev.kind or "SandboxExecutionError"
-    if kind == "SandboxExecutionError" then
-      p._error = errors.SandboxExecutionError(ev.message or "the sandbox lost the run", p.backend,
-        ev.runtime_ms or 0)
-    elseif kind == "InvalidArgument" and tostring(ev.message):match("^cwd ") then
-      p._error = errors.InvalidArgument("cwd", tostring(ev.message):sub(5))
-    else
-      p._error = errors.new(kind, tostring(ev.message), {})
-    end
-  else
-    p.returncode = ev.returncode
-    p.runtime_ms = ev.runtime_ms
-    p.backend = ev.backend or p.backend
-    p.signal = ev.signal
-    p.termination_reason = ev.termination_reason or ""
-  end
-  if p._error then
-    p.returncode = -1
-    p.termination_reason = "error"
-    p.runtime_ms = p.runtime_ms or 0
-  end
-end
-
-local function raise_stored(p)
-  if p._error then errors.raise(p._error) end
-end
-
--- One round of I/O: returns when something arrived or the stream ended.
-local function step(p)
-  if p._done then return end
-  local tr = p._tr
-  tr.conn:pump(250)
-  -- The final event is the end of the stream, whether or not libcurl has
-  -- noticed END_STREAM yet (see sbx.remote.http's complete()).
-  if p._final and not p._req.done then tr.conn:finish(p._req) end
-  if p._req.done then
-    if p._req.status and p._req.status >= 300 and not p._final then
-      -- An error answer instead of a stream: the body is {kind, message}.
-      p._done = true
-      p._error = answer_error(p._req.status, p._rx, p._req.content_type)
-      p.returncode, p.termination_reason, p.runtime_ms = -1, "error", 0
-      return
-    end
-    finish(p)
-  end
-end
-
-local STREAMS = { stdout = true, stderr = true }
-
-local function check_stream(p, stream)
-  if stream == nil then return "stdout" end
-  if not STREAMS[stream] then
-    errors.raise(errors.InvalidArgument("stream", ("\"stdout\" or \"stderr\" expected, got %s"):format(tostring(stream))))
-  end
-  return stream
-end
-
-local function take(p, stream)
-  local q = p._chunks[stream]
-  if #q == 0 then return nil end
-  local s = table.concat(q)
-  p._chunks[stream] = {}
-  return s
-end
-
-function Process:read(stream)
-  stream = check_stream(self, stream)
-  while true do
-    local s = take(self, stream)
-    if s then return s end
-    if self._done then raise_stored(self) return nil end
-    step(self)
-  end
-end
-
--- The next output of either stream as it arrives: stream name and data,
--- or nil at the end (the run's error, if any, is raised).
-function Process:read_any()
-  while true do
-    for _, st in ipairs { "stdout", "stderr" } do
-      local s = take(self, st)
-      if s then return st, s end
-    end
-    if self._done then raise_stored(self) return nil end
-    step(self)
-  end
-end
-
-function Process:lines(stream)
-  stream = check_stream(self, stream)
-  local partial, lines, head = "", {}, 1
-  return function()
-    while true do
-      if head <= #lines then
-        local l = lines[head]
-        lines[head] = nil
-        head = head + 1
-        return l
-      end
-      lines, head = {}, 1
-      local s = self:read(stream)
-      if not s then
-        if partial ~= "" then local l = partial partial = "" return l end
-        return nil
-      end
-      partial = partial .. s
-      local start = 1
-      while true do
-        local nl = partial:find("\n", start, true)
-        if not nl then break end
-        lines[#lines + 1] = partial:sub(start, nl - 1)
-        start = nl + 1
-      end
-      partial = partial:sub(start)
-    end
-  end
-end
-
-function Process:communicate()
-  local out, err = {}, {}
-  while not self._done do
-    step(self)
-  end
-  raise_stored(self)
-  local o, e = take(self, "stdout"), take(self, "stderr")
-  return self._capture.stdout and (o or "") or nil, self._capture.stderr and (e or "") or nil
-end
-
-function Process:wait()
-  while not self._done do
-    step(self)
-    self._chunks.stdout, self._chunks.stderr = {}, {}
-  end
-  raise_stored(self)
-  return self.returncode
-end
-
-function Process:kill(sig)
-  if self._done then return false end
-  self._tr.conn:cancel(self._req)
-  self._done = true
-  self.returncode = -9
-  self.runtime_ms = 0
-  if self.run_id then
-    -- A detached run goes on on the server: this client only let go.
-    self.termination_reason = "detached"
-    return true
-  end
-  self.signal = 9
-  self.termination_reason = "killed"
-  local _ = sig
-  return true
-end
-
-function Process:done()
-  if not self._done then self._tr.conn:pump(0) if self._req.done then finish(self) end end
-  return self._done
-end
-
-Process.__gc = nil
 
 local function start_run(s, cmd, opts)
   local tr = live(s)
@@ -423,41 +206,26 @@ local function start_run(s, cmd, opts)
   if body.detach ~= nil and type(body.detach) ~= "boolean" then
     errors.raise(errors.InvalidArgument("detach", "a boolean expected, got " .. type(body.detach)))
   end
-  -- true/false are the on-device spellings of "pipe"/"null".
+  -- true/false are the on-device spellings of "pipe"/"null" (and capture
+  -- is the default, as on-device).
+  local modes = {}
   for _, k in ipairs { "stdout", "stderr" } do
     if body[k] == true then body[k] = "pipe" elseif body[k] == false then body[k] = "null" end
+    modes[k] = body[k] == nil and "pipe" or body[k]
   end
   body.cmd = cmd
   local ok, payload = pcall(msgpack.encode, body)
   if not ok then errors.raise(errors.InvalidArgument("opts", payload)) end
-  local p = setmetatable({
-    cmd = cmd, backend = s.backend, _tr = tr, _rx = "", _done = false,
-    _chunks = { stdout = {}, stderr = {} },
-    _capture = { stdout = body.stdout == nil or body.stdout == "pipe",
-                 stderr = body.stderr == nil or body.stderr == "pipe" },
-  }, Process)
-  p._req = tr.conn:start("POST", spath(s, "/runs"), payload, {
-    headers = headers(tr, "Content-Type: " .. CT),
-    on_data = function(chunk, req) proc_feed(p, chunk, req) end,
+  -- A run blocked by backpressure is surely over (SIGKILL 2 s after its
+  -- timeout's SIGTERM) a little after this; see sbx.remote.stream.
+  local t = tonumber(body.timeout_s)
+  local deadline = t and core_ok and (core.monotonic_ms() + t * 1000 + 5000) or nil
+  local src, err = stream.start(tr.conn, "POST", spath(s, "/runs"), payload, {
+    headers = headers(tr, "Content-Type: " .. CT), backend = s.backend, deadline_ms = deadline,
+    detach = body.detach,
   })
-  -- Validation errors come back at once: raise them from run() itself, as on-device.
-  while not p._req.done and p._req.status == nil do tr.conn:pump(250) end
-  if p._req.done or (p._req.status and p._req.status >= 300) then
-    tr.conn:wait(p._req)
-    step(p)
-    if p._error and (p._req.status or 0) >= 300 then errors.raise(p._error) end
-    if not p._final and p._req.error then errors.raise(transport_error(p._req.error, s.backend)) end
-  end
-  -- A detached run's first event names it.
-  if body.detach then
-    while not p.run_id and not p._req.done do tr.conn:pump(250) end
-    if not p.run_id then
-      step(p)
-      raise_stored(p)
-      errors.raise(transport_error("the server did not name the detached run", s.backend))
-    end
-  end
-  return p
+  if not src then errors.raise(err) end
+  return process_of(src, s, cmd, modes)
 end
 
 function Session:run(cmd, opts)
@@ -471,26 +239,17 @@ function Session:attach_run(run_id)
     errors.raise(errors.InvalidArgument("run_id", "the run id of a detached run (hex) expected, got "
       .. (type(run_id) == "string" and ("%q"):format(run_id:sub(1, 80)) or type(run_id))))
   end
-  local p = setmetatable({
-    cmd = nil, backend = self.backend, _tr = tr, _rx = "", _done = false, run_id = run_id,
-    _chunks = { stdout = {}, stderr = {} }, _capture = { stdout = true, stderr = true },
-  }, Process)
-  p._req = tr.conn:start("GET", spath(self, "/runs/" .. run_id), nil, {
-    headers = headers(tr),
-    on_data = function(chunk, req) proc_feed(p, chunk, req) end,
-  })
-  while not p._req.done and p._req.status == nil do tr.conn:pump(250) end
-  if p._req.done or (p._req.status and p._req.status >= 300) then
-    tr.conn:wait(p._req)
-    step(p)
-    if p._req.status == 404 then
+  local src, err, status = stream.start(tr.conn, "GET", spath(self, "/runs/" .. run_id), nil,
+    { headers = headers(tr), backend = self.backend })
+  if not src then
+    if status == 404 then
       errors.raise(errors.InvalidArgument("run_id", ("no detached run %s in session %s (ended and read, expired, or never there)")
         :format(run_id, self.id)))
     end
-    if p._error and (p._req.status or 0) >= 300 then errors.raise(p._error) end
-    if not p._final and p._req.error then errors.raise(transport_error(p._req.error, self.backend)) end
+    errors.raise(err)
   end
-  return p
+  src.meta.run_id = run_id
+  return process_of(src, self, nil, { stdout = "pipe", stderr = "pipe" })
 end
 
 local function exec(s, cmd, opts, check)
@@ -615,6 +374,5 @@ function Session:close()
 end
 
 M.Session = Session
-M.Process = Process
 
 return M
