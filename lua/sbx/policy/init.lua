@@ -36,7 +36,10 @@
 --   policy.forbidden_hit(p, path, extra) -> the forbidden entry path touches
 --
 -- Engine (also reads as its current policy: engine.defaults, .ceilings...):
---   engine:session_open(req, ctx, [gen]) -> req' (adjusted), gen; raises
+--   engine:admit_session(opts, octx)     -> session options, gen (admission:
+--                                           sbx.options' shapes, then the rules)
+--   engine:admit_run(st, cmd, opts, [extra_keys]) -> run options; raises
+--   engine:session_open(req, ctx, [gen], [host]) -> req' (adjusted), gen; raises
 --   engine:run(req, ctx, [gen])          -> req'; raises PolicyDenied
 --   engine:connect(host, port, addrs, ctx, [gen]) -> true | false, PolicyDenied
 --   engine:close(session, ctx, [gen])    -- never raises (errors are logged)
