@@ -14,9 +14,9 @@
 -- documents its part:
 --   sbx.session / sbx.attach       lua/sbx/session.lua
 --   processes (run's result)       lua/sbx/process.lua
---   options and their checks       lua/sbx/options.lua
+--   options (shapes and types)     lua/sbx/options.lua
 --   errors (sbx.errors)            lua/sbx/errors.lua
---   policies (sbx.policy)          lua/sbx/policy.lua
+--   policies (sbx.policy)          lua/sbx/policy/ (init.lua: the API)
 --   presets                        lua/sbx/presets.lua
 --   sbx.remote (sessions on sbxd)  lua/sbx/remote.lua
 --

@@ -2,11 +2,13 @@
 --
 -- Everything a caller passes to sbx.session{} and s:run() goes through
 -- here before it reaches the C core.  Wrong names, types and values raise
--- InvalidArgument naming the option; what the policy forbids raises
--- PolicyDenied naming the rule; what this build cannot enforce raises
--- BackendUnavailable.  Nothing is silently dropped: an option we cannot
--- honour (a resource ceiling without cgroups, a network mode not built yet)
--- fails closed instead of being ignored.
+-- InvalidArgument naming the option; what this build cannot enforce raises
+-- BackendUnavailable.  Shapes and types only: what the policy allows (its
+-- ceilings, forbidden paths, hooks) is the policy engine's to decide
+-- (sbx.policy.ceilings, through Engine:admit_session / admit_run).
+-- Nothing is silently dropped: an option we cannot honour (a resource
+-- ceiling without cgroups, a network mode not built yet) fails closed
+-- instead of being ignored.
 --
 -- It also holds the lexical path helpers the policy loader shares.
 
@@ -48,10 +50,6 @@ M.RUN_KEYS = {
 
 local function invalid(option, fmt, ...)
   errors.raise(errors.InvalidArgument(option, fmt:format(...)))
-end
-
-local function denied(rule, fmt, ...)
-  errors.raise(errors.PolicyDenied(rule, fmt:format(...)))
 end
 
 local function describe(v)
@@ -218,48 +216,9 @@ end
 
 local NOT_BUILT = {}
 
--- Directories a pinned work dir (or state dir) may not lie in: the sandbox
--- writes there.
-local SYSTEM_TREES = {
-  "/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/usr", "/bin", "/sbin",
-  "/lib", "/lib32", "/lib64",
-}
-
--- Shared host directories that may hold a work dir but never be one: the
--- core hands the work dir to the sandbox's uid.
-local SHARED_DIRS = {
-  "/tmp", "/var", "/var/tmp", "/var/lib", "/opt", "/srv", "/mnt", "/media", "/usr/local",
-  "/home", "/root",
-}
-
--- A directory the sandbox will write (work_dir, state_dir): never "/",
--- never inside a system tree, never a parent of a forbidden path.
-local function check_writable_root(option, path, pol, realpath)
-  local function check_one(p)
-    for _, dir in ipairs(SHARED_DIRS) do
-      if p == dir then
-        denied("filesystem.forbidden", "%s %q is a shared host directory; use a directory of its own below it",
-          option, p)
-      end
-    end
-    for _, tree in ipairs(SYSTEM_TREES) do
-      if p == tree or M.is_under(p, tree) then
-        denied("filesystem.forbidden", "%s %q lies in the system directory %s", option, p, tree)
-      end
-    end
-    for _, f in ipairs(pol.filesystem.forbidden) do
-      if p == f or M.is_under(f, p) then
-        denied("filesystem.forbidden", "%s %q is or contains %s, which the policy forbids",
-          option, p, f)
-      end
-    end
-  end
-  check_one(path)
-  local real = realpath and realpath(path)
-  if real and real ~= path then check_one(real) end
-end
-
-local function check_bind_paths(option, v, pol, ctx)
+-- Bind paths: absolute, without "..", outside /tmp; normalized.  Whether
+-- the policy allows them (and that they exist) is the engine's to check.
+local function check_bind_paths(option, v)
   local list = check_list(option, v)
   local out = {}
   for i, p in ipairs(list) do
@@ -268,39 +227,18 @@ local function check_bind_paths(option, v, pol, ctx)
       invalid(option, "%q lies in /tmp, which every run gets fresh (a tmpfs): the bind would be "
         .. "hidden; bind a directory outside /tmp", norm)
     end
-    local hit = require("sbx.policy").forbidden_hit(pol, norm, ctx.extra_forbidden)
-    if hit then
-      denied("filesystem.forbidden", "%s: %q is, lies under or contains %s, which the policy forbids",
-        option, norm, hit)
-    end
-    local real = norm
-    if ctx.realpath then
-      real = ctx.realpath(norm)
-      if not real then invalid(option, "%q does not exist", norm) end
-      hit = require("sbx.policy").forbidden_hit(pol, real, ctx.extra_forbidden)
-      if hit then
-        denied("filesystem.forbidden", "%s: %q resolves to %q, which is, lies under or contains %s",
-          option, norm, real, hit)
-      end
-    else
-      local f = io.open(norm, "rb")
-      if not f then invalid(option, "%q does not exist", norm) end
-      f:close()
-    end
     out[i] = norm
   end
   return out
 end
 
--- session(opts, pol, ctx) -> normalized session options.
---   opts: what the caller gave (already checked to be a table)
---   pol:  the loaded policy (sbx.policy)
---   ctx:  { realpath = function(path) -> real or nil, extra_forbidden = {...} }
--- Raises InvalidArgument, BackendUnavailable or PolicyDenied.
-function M.session(opts, pol, ctx)
-  ctx = ctx or {}
+-- session(opts, pol) -> normalized session options, the policy's defaults
+-- filled in.  opts: what the caller gave (already checked to be a table);
+-- pol: the loaded policy (sbx.policy), for its defaults and deny-list.
+-- Raises InvalidArgument or BackendUnavailable.
+function M.session(opts, pol)
   M.check_keys(opts, M.SESSION_KEYS, "session")
-  local d, c = pol.defaults, pol.ceilings
+  local d = pol.defaults
   local o = {}
 
   -- Pass 1: every option's type and value.
@@ -346,7 +284,7 @@ function M.session(opts, pol, ctx)
   end
   o.network_denylist = deny
   -- Resource ceilings: enforced by the core (cgroup, tmpfs work dir);
-  -- the policy's ceilings bound them (PolicyDenied above).
+  -- the policy's ceilings bound them (sbx.policy.ceilings).
   for _, k in ipairs { "memory_mb", "cpu_milli", "pids", "disk_mb" } do
     if opts[k] ~= nil then o[k] = check_integer(k, opts[k], 1) end
   end
@@ -391,37 +329,12 @@ function M.session(opts, pol, ctx)
       'use backend = "userns" (or "privileged"), or network_mode = "blocked"'))
   end
 
-  -- Pass 3: what the policy allows.
-  local allowed = false
-  for _, b in ipairs(c.backends) do allowed = allowed or b == o.backend end
-  if not allowed then
-    denied("ceilings.backends", "backend %q is not allowed by policy %s (allowed: %s)", o.backend,
-      pol.name, table.concat(c.backends, ", "))
-  end
-  if (M.NETWORK_MODES[o.network_mode] or 99) > (M.NETWORK_MODES[c.network_mode] or 0) then
-    denied("ceilings.network_mode", "network_mode %q is wider than the policy allows (%q)",
-      o.network_mode, c.network_mode)
-  end
-  if timeout_s > c.max_session_timeout_s then
-    denied("ceilings.max_session_timeout_s", "timeout_s = %s is over the policy's ceiling of %d s",
-      tostring(timeout_s), c.max_session_timeout_s)
-  end
   o.timeout_s = timeout_s
   o.lifetime_ms = math.ceil(timeout_s * 1000)
-  if o.max_file_bytes > c.max_file_bytes then
-    denied("ceilings.max_file_bytes", "max_file_bytes = %d is over the policy's ceiling of %d",
-      o.max_file_bytes, c.max_file_bytes)
-  end
-  if o.work_dir then check_writable_root("work_dir", o.work_dir, pol, ctx.realpath) end
-  if o.state_dir then check_writable_root("state_dir", o.state_dir, pol, ctx.realpath) end
-  local extra = {}
-  for _, e in ipairs(ctx.extra_forbidden or {}) do extra[#extra + 1] = e end
-  if o.state_dir then extra[#extra + 1] = o.state_dir end
-  local bctx = { realpath = ctx.realpath, extra_forbidden = extra }
   o.read_only_paths = opts.read_only_paths ~= nil
-    and check_bind_paths("read_only_paths", opts.read_only_paths, pol, bctx) or {}
+    and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil
-    and check_bind_paths("read_write_paths", opts.read_write_paths, pol, bctx) or {}
+    and check_bind_paths("read_write_paths", opts.read_write_paths) or {}
   local ro = {}
   for _, p in ipairs(o.read_only_paths) do ro[p] = true end
   for _, p in ipairs(o.read_write_paths) do
@@ -487,7 +400,9 @@ end
 
 -- run(cmd, opts, sess, extra_keys) -> normalized run options:
 --   { argv, env ("K=V" array), cwd, stdin, stdout, stderr, stdin_data,
---     timeout_ms, network_mode, script_type }
+--     timeout_s, timeout_ms, network_mode, script_type }
+-- The policy's run ceilings and a run's network mode against its
+-- session's are the engine's (Engine:admit_run).
 -- sess = { policy =, network_mode = (the ceiling), env = (session env) }.
 -- extra_keys: more accepted names (exec's "check"), left for the caller.
 function M.run(cmd, opts, sess, extra_keys)
@@ -556,18 +471,10 @@ function M.run(cmd, opts, sess, extra_keys)
     invalid("network_allowlist", "is a session option: a run uses its session's allow-list "
       .. "(open another session for another list)")
   end
-  if M.NETWORK_MODES[o.network_mode] > M.NETWORK_MODES[ceiling] then
-    denied("session.network_mode",
-      "this run asks for network_mode %q, wider than its session's ceiling %q: a run may narrow "
-        .. "the session's network mode, never widen it", o.network_mode, ceiling)
-  end
   if o.network_mode == "allowlist" then o.env = M.with_proxy_env(o.env, sess.proxy_port) end
 
   if timeout_s ~= nil then
-    if timeout_s > pol.ceilings.max_run_timeout_s then
-      denied("ceilings.max_run_timeout_s", "timeout_s = %s is over the policy's ceiling of %d s",
-        tostring(timeout_s), pol.ceilings.max_run_timeout_s)
-    end
+    o.timeout_s = timeout_s
     o.timeout_ms = math.min(4294967295, math.max(1, math.ceil(timeout_s * 1000)))
   end
   return o

@@ -12,18 +12,20 @@ local policy = require "sbx.policy"
 
 local pol = policy.load()
 
--- What session.lua passes as ctx, with an optional fake realpath.
+-- Options go through admission as sbx.session's do: sbx.options checks
+-- shapes and types, the policy engine its rules (ceilings, forbidden
+-- paths).  octx: what session.lua passes, with an optional fake realpath.
 local function session_opts(opts, realpath)
-  return options.session(opts, pol, { realpath = realpath, extra_forbidden = { "/var/lib/sbx" } })
+  return pol:admit_session(opts, { realpath = realpath, extra_forbidden = { "/var/lib/sbx" } })
 end
 
 local function run_opts(cmd, opts, sess)
   sess = sess or {}
-  sess.policy = sess.policy or pol
+  sess.policy = sess.policy or pol.current
   sess.network_mode = sess.network_mode or "blocked"
   sess.env = sess.env or {}
   sess.backend = "userns"
-  return options.run(cmd, opts, sess)
+  return pol:admit_run(sess, cmd, opts)
 end
 
 local function write(path, text)
@@ -125,7 +127,10 @@ describe("session options", function()
     assert.is_table(session_opts { gpus = 0 })
     local e = T.expect("BackendUnavailable", session_opts, { gpus = 1 })
     assert.are.equal("privileged", e.backend)
-    assert.are.equal(1, session_opts({ gpus = 1, backend = "privileged" }).gpus)
+    -- sbx.options passes it on (its shape is right); the default policy's
+    -- ceiling of 0 is the engine's to apply.
+    assert.are.equal(1, options.session({ gpus = 1, backend = "privileged" }, pol).gpus)
+    assert.are.equal("ceilings.gpus", T.expect("PolicyDenied", session_opts, { gpus = 1, backend = "privileged" }).rule)
   end)
 
   it("bound timeout_s by the policy's ceiling", function()
@@ -412,10 +417,27 @@ describe("policies", function()
     assert.are.equal("/home", policy.forbidden_hit(pol, "/home/me/project"))
   end)
 
+  it("are applied by the engine, not by sbx.options: one place per rule", function()
+    -- sbx.options checks shapes only: a backend the policy does not list,
+    -- a timeout over its ceiling and a forbidden path all pass it...
+    local o = options.session({ backend = "none", timeout_s = 1e6, read_only_paths = { "/etc" } }, pol)
+    assert.are.same({ "none", 1e6, { "/etc" } }, { o.backend, o.timeout_s, o.read_only_paths })
+    assert.are.equal(1e6, options.run("x", { timeout_s = 1e6, network_mode = "open" },
+      { policy = pol.current, network_mode = "blocked", env = {} }).timeout_s)
+    -- ...and admission refuses each, naming the rule.
+    for opts, rule in pairs { [{ backend = "none" }] = "ceilings.backends",
+      [{ timeout_s = 1e6 }] = "ceilings.max_session_timeout_s",
+      [{ read_only_paths = { "/etc" } }] = "filesystem.forbidden" } do
+      assert.are.equal(rule, T.expect("PolicyDenied", session_opts, opts).rule)
+    end
+    assert.are.equal("ceilings.max_run_timeout_s", T.expect("PolicyDenied", run_opts, "x", { timeout_s = 1e6 }).rule)
+    assert.are.equal("session.network_mode", T.expect("PolicyDenied", run_opts, "x", { network_mode = "open" }).rule)
+  end)
+
   it("can deny a backend through its ceilings", function()
     local d = T.tmpdir()
     local p = policy.load(write(d .. "/p.lua", "return { ceilings = { backends = { 'bubblewrap' } } }"))
-    local e = T.expect("PolicyDenied", options.session, {}, p, {})
+    local e = T.expect("PolicyDenied", p.admit_session, p, {}, {})
     assert.are.equal("ceilings.backends", e.rule)
   end)
 end)
