@@ -421,7 +421,8 @@ int sbx_session_proxy_listener(const sbx_session *s, sbx_err *err)
 	return fd;
 }
 
-/* open: the host connects the open namespace to the outside (opennet.c);
+/* open: the host starts connecting the open namespace to the outside
+ * (opennet.c; sbx_session_finish goes on with it until pasta is ready);
  * userns sessions' namespaces belong to the session's user namespace,
  * which pasta and nft must join. */
 static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sbx_err *err)
@@ -435,7 +436,7 @@ static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sb
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
 					   strerror(errno));
 	}
-	int rc = sbx_opennet_start(&s->open, userns, open_ns, deny, err);
+	int rc = sbx_opennet_begin(&s->open, userns, open_ns, deny, err);
 	if (userns >= 0)
 		close(userns);
 	return rc;
@@ -1010,7 +1011,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	s->max_idle = o->pids_max ? o->pids_max / 16 : MAX_IDLE;
 	if (s->max_idle > MAX_IDLE)
 		s->max_idle = MAX_IDLE;
-	s->open.pidfd = -1;
+	sbx_opennet_init(&s->open);
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		s->spare[m].sock = s->spare[m].pidfd = -1;
 	s->net = o->network_mode;
@@ -1160,21 +1161,28 @@ fail:
 	return NULL;
 }
 
-int sbx_session_ready_fd(const sbx_session *s)
+/* Between the zygote's ready message and the end of the start, the open
+ * network is coming up (opennet.c): that is what finish waits for then. */
+static bool connecting(const sbx_session *s)
 {
-	return s->pending ? s->ctl_fd : -1;
+	return sbx_opennet_wait_fd(&s->open) >= 0;
 }
 
-int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
+int sbx_session_ready_fd(const sbx_session *s)
 {
-	int open_ns = -1, rc;
-
 	if (!s->pending)
-		return 0;
-	rc = wait_ready(s, timeout_ms, &open_ns, err);
+		return -1;
+	return connecting(s) ? sbx_opennet_wait_fd(&s->open) : s->ctl_fd;
+}
+
+/* The zygote is ready: take what it handed over, and start connecting an
+ * open network.  On failure the session stays pending (unusable). */
+static int finish_zygote(sbx_session *s, int timeout_ms, sbx_err *err)
+{
+	int open_ns = -1, rc = wait_ready(s, timeout_ms, &open_ns, err);
+
 	if (rc != 0)
 		return rc;
-	s->pending = false;
 	if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
 	    (s->net >= SBX_NET_OPEN && open_ns < 0))
 		rc = sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
@@ -1188,12 +1196,30 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
 	return rc;
 }
 
+int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
+{
+	int rc;
+
+	if (!s->pending)
+		return 0;
+	if (!connecting(s) && (rc = finish_zygote(s, timeout_ms, err)) != 0)
+		return rc;
+	if (connecting(s) && (rc = sbx_opennet_step(&s->open, timeout_ms, err)) != 0)
+		return rc;
+	s->pending = false;
+	return 0;
+}
+
 sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 {
 	sbx_session *s = sbx_session_start(o, err);
 	if (!s)
 		return NULL;
 	int rc = sbx_session_finish(s, READY_TIMEOUT_MS, err);
+	/* Ready, but its open network still coming up: pasta's own deadline
+	 * bounds the rest. */
+	if (rc == 1 && connecting(s))
+		rc = sbx_session_finish(s, -1, err);
 	if (rc == 0)
 		return s;
 	if (rc == 1)
