@@ -612,7 +612,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 /* Child side: become the sandbox user, build the root, report, serve. */
 static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, const sbx_session *s,
 						   int sync_fd, int ctl_fd, int image_fd,
-						   const struct sock_fprog *prog)
+						   const struct sock_fprog *prog, const int *procs)
 {
 	struct sbx_zygote_cfg cfg;
 	sbx_err err;
@@ -621,6 +621,17 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 
 	memset(&err, 0, sizeof(err));
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Into the session's cgroup before anything else: every run inherits
+	 * its ceilings.  We move ourselves (the host opened the files): the
+	 * move waits out an RCU grace period (~5-15 ms, cgroup v1), which is
+	 * then ours to wait, not the host's (sbxd's loop). */
+	for (int i = 0; i < SBX_CG_NCTL; i++) {
+		if (procs[i] >= 0 && write(procs[i], "0", 1) != 1) {
+			sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "join the session's cgroup: %s", strerror(errno));
+			sbx_zygote_fail(ctl_fd, &err);
+		}
+	}
 	/* A session and process group of our own, without a terminal: a
 	 * terminal's Ctrl-C, or any signal to the caller's group, reaches
 	 * neither us nor the inits we fork. */
@@ -647,9 +658,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	if (read(sync_fd, &c, 1) != 1)
 		_exit(1);
 	close(sync_fd);
-	/* The host has moved us into the session's cgroup: root a cgroup
-	 * namespace there, so the runs see "/" and never the session's path
-	 * (the one made at clone is rooted at the host's cgroup). */
+	/* We are in the session's cgroup: root a cgroup namespace there, so
+	 * the runs see "/" and never the session's path. */
 	if (unshare(CLONE_NEWCGROUP) != 0) {
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup namespace: %s",
 			    strerror(errno));
@@ -939,6 +949,34 @@ static int make_cgroup(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	return sbx_cgroup_create(&s->cg, o->cgroup_root, s->id, &lim, err);
 }
 
+/* The cgroup.procs files the zygote writes itself into (zygote_child),
+ * one per controller the session made (-1 elsewhere): the same files
+ * sbx_cgroup_attach writes, opened by the host, which may. */
+static int open_cgroup_procs(const sbx_cgroup *cg, int *procs, sbx_err *err)
+{
+	for (int i = 0; i < SBX_CG_NCTL; i++) {
+		char path[PATH_MAX + 16];
+		if (!cg->version || !cg->made[i])
+			continue;
+		snprintf(path, sizeof(path), "%s/cgroup.procs",
+			 i == 0 && cg->leaf[0] ? cg->leaf : cg->dir[i]);
+		procs[i] = open(path, O_WRONLY | O_CLOEXEC);
+		if (procs[i] < 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
+					   strerror(errno));
+	}
+	return 0;
+}
+
+static void close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
 /* backend "none": no zygote; each run's init is forked by the host. */
 static int open_direct(sbx_session *s, const sbx_session_opts *o)
 {
@@ -982,7 +1020,7 @@ static bool strv_dup(const char *const *v, char ***out)
 
 sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 {
-	int sync[2] = {-1, -1}, ctl[2] = {-1, -1};
+	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, procs[SBX_CG_NCTL];
 	struct sock_fprog *prog = NULL;
 	sbx_session *s;
 
@@ -1002,6 +1040,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "at most %d extra paths",
 				   SBX_MAX_CARRY - 1),
 		       NULL;
+	for (int i = 0; i < SBX_CG_NCTL; i++)
+		procs[i] = -1;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
@@ -1091,8 +1131,11 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}
-	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-			 CLONE_NEWCGROUP;
+	if (open_cgroup_procs(&s->cg, procs, err) < 0)
+		goto fail;
+	/* No cgroup namespace yet: the child joins the session's cgroup
+	 * first (a move out of its namespace's root would be refused). */
+	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
 	if (!s->privileged)
 		flags |= CLONE_NEWUSER;
 	pid_t pid = sbx_sys_clone3_fork(flags, NULL);
@@ -1109,7 +1152,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (pid == 0) {
 		close(sync[1]);
 		close(ctl[0]);
-		zygote_child(o, s, sync[0], ctl[1], image_fd, prog);
+		zygote_child(o, s, sync[0], ctl[1], image_fd, prog, procs);
 	}
 	s->zygote = pid;
 	close(sync[0]);
@@ -1118,10 +1161,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	s->ctl_fd = ctl[0];
 	if (!s->privileged && sbx_userns_write_maps(pid, s->host_uid, s->host_gid, err) < 0)
 		goto fail;
-	/* Into the session's cgroup before it runs anything: every run it
-	 * starts inherits the ceilings; the host stays outside. */
-	if (s->cg.version && sbx_cgroup_attach(&s->cg, pid, err) < 0)
-		goto fail;
+	close_all(procs, SBX_CG_NCTL);
 	/* With a memory ceiling, the OOM killer must take a run, never the
 	 * session: its runs get 1000 (zygote.c); the zygote itself -1000
 	 * where we may lower it (CAP_SYS_RESOURCE; otherwise it stays 0, and
@@ -1156,6 +1196,7 @@ fail:
 	}
 	if (ctl[1] >= 0)
 		close(ctl[1]);
+	close_all(procs, SBX_CG_NCTL);
 	sbx_seccomp_free(prog);
 	sbx_session_close(s, NULL);
 	return NULL;
