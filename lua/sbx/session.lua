@@ -123,7 +123,12 @@ end
 -- become ready by the deadline, or whose wait fails (the client went
 -- away), is closed here.
 local function open_waiting(c, copts, wait)
-  local deadline = c.monotonic_ms() + c.SESSION_READY_TIMEOUT_MS
+  -- The same budget as the core's blocking open: the sandbox's setup, then
+  -- for open mode nft and pasta (whose own deadline ends that step first,
+  -- with an error naming them).
+  local budget = c.SESSION_READY_TIMEOUT_MS
+    + (copts.network_mode == "open" and c.OPEN_NETWORK_READY_TIMEOUT_MS or 0)
+  local deadline = c.monotonic_ms() + budget
   -- The start itself (work dir, cgroup, clone) takes the host's thread a
   -- few ms: let its loop have a turn first, so opens arriving together
   -- are spread over turns.
@@ -139,7 +144,7 @@ local function open_waiting(c, copts, wait)
       cs:close()
       if why == "timeout" then
         return nil, "SandboxExecutionError",
-          ("the sandbox did not become ready within %d ms"):format(c.SESSION_READY_TIMEOUT_MS)
+          ("the sandbox did not become ready within %d ms"):format(budget)
       end
       return nil, "SandboxExecutionError", "the session open was abandoned: " .. tostring(why)
     end

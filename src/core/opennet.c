@@ -23,6 +23,10 @@
  * /proc/self/fd/N paths.  pasta runs in the foreground (so its pid is ours
  * to kill and reap) with PR_SET_PDEATHSIG; readiness = the namespace has the
  * default routes (per family) the host has, checked by a child inside it.
+ * Nothing here waits unless asked to: sbx_opennet_begin starts nft, and
+ * sbx_opennet_step, called when sbx_opennet_wait_fd is readable, goes on
+ * from nft's exit to pasta's start and from the watcher's word to done, so
+ * an event loop (sbxd) serves others while pasta comes up.
  *
  * What open mode does not do: it does not filter by name (a deny-list entry
  * that is a name, not an address, is skipped here: the lead's policy layer
@@ -87,8 +91,7 @@ struct rules {
 	bool overflow;
 };
 
-__attribute__((format(printf, 2, 3)))
-static void rules_add(struct rules *r, const char *fmt, ...)
+__attribute__((format(printf, 2, 3))) static void rules_add(struct rules *r, const char *fmt, ...)
 {
 	va_list ap;
 	int n;
@@ -112,9 +115,11 @@ static void rules_reject(struct rules *r, int af, const void *addr, unsigned int
 	 * error is only a soft error to a connecting TCP socket, which would
 	 * retry until its timeout); everything else an ICMP admin-prohibited. */
 	inet_ntop(af, addr, text, sizeof(text));
-	rules_add(r, "\t\t%s daddr %s/%u meta l4proto tcp reject with tcp reset\n"
-		     "\t\t%s daddr %s/%u reject with icmpx type admin-prohibited\n",
-		  af == AF_INET ? "ip" : "ip6", text, prefix, af == AF_INET ? "ip" : "ip6", text, prefix);
+	rules_add(r,
+		  "\t\t%s daddr %s/%u meta l4proto tcp reject with tcp reset\n"
+		  "\t\t%s daddr %s/%u reject with icmpx type admin-prohibited\n",
+		  af == AF_INET ? "ip" : "ip6", text, prefix, af == AF_INET ? "ip" : "ip6", text,
+		  prefix);
 }
 
 /* Zero the bits of addr (len bytes) past prefix. */
@@ -179,7 +184,8 @@ static int rules_deny_entry(struct rules *r, const char *entry, sbx_err *err)
 	return 0;
 bad:
 	return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-			   "network deny-list entry '%s' is not an IPv4/IPv6 address or CIDR", entry);
+			   "network deny-list entry '%s' is not an IPv4/IPv6 address or CIDR",
+			   entry);
 }
 
 /* Reject rules for every address of the caller's interfaces but 127.0.0.0/8
@@ -232,9 +238,10 @@ static int rules_build(struct rules *r, const char *const *deny, sbx_err *err)
 		return -1;
 	rules_add(r, "\t}\n}\n");
 	if (r->overflow)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-				   "network deny-list too long for open mode (over %u bytes of rules)",
-				   OPENNET_RULES_MAX);
+		return sbx_err_set(
+			err, SBX_E_INVALID_ARGUMENT, 0,
+			"network deny-list too long for open mode (over %u bytes of rules)",
+			OPENNET_RULES_MAX);
 	return 0;
 }
 
@@ -287,17 +294,16 @@ static void read_text(int fd, char *buf, size_t size)
 	}
 }
 
-/* Run nft -f - inside the namespaces with the ruleset on stdin. */
-static int install_rules(const char *nft, int userns_fd, int netns_fd, const struct rules *r,
-			 sbx_err *err)
+/* Start nft -f - inside the namespaces with the ruleset on stdin, its
+ * output into on->errfd; on->helper/helper_fd become nft and its pidfd
+ * (readable once it has exited: nft_done). */
+static int start_nft(sbx_opennet *on, const char *nft, const struct rules *r, sbx_err *err)
 {
 	int in = memfd_create("sbx-nft-rules", MFD_CLOEXEC);
-	int out = memfd_create("sbx-nft-out", MFD_CLOEXEC);
-	int status = 0, rc = -1;
-	char msg[512];
+	int out = on->errfd, pidfd = -1, rc = -1;
 	pid_t pid;
 
-	if (in < 0 || out < 0) {
+	if (in < 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "memfd_create: %s", strerror(errno));
 		goto done;
 	}
@@ -305,9 +311,9 @@ static int install_rules(const char *nft, int userns_fd, int netns_fd, const str
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "write ruleset: %s", strerror(errno));
 		goto done;
 	}
-	pid = fork();
+	pid = sbx_sys_clone3_fork(0, &pidfd);
 	if (pid < 0) {
-		sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "clone3: %s", strerror(errno));
 		goto done;
 	}
 	if (pid == 0) {
@@ -318,7 +324,8 @@ static int install_rules(const char *nft, int userns_fd, int netns_fd, const str
 		if (dup2(out, 1) < 0 || dup2(out, 2) < 0 || lseek(in, 0, SEEK_SET) < 0 ||
 		    dup2(in, 0) < 0)
 			_exit(126);
-		if (join_netns(userns_fd, netns_fd) < 0 || (userns_fd >= 0 && keep_net_admin() < 0)) {
+		if (join_netns(on->userns_fd, on->netns_fd) < 0 ||
+		    (on->userns_fd >= 0 && keep_net_admin() < 0)) {
 			const char *m = "setns into the sandbox namespaces failed\n";
 			(void)!write(2, m, strlen(m));
 			_exit(125);
@@ -326,25 +333,36 @@ static int install_rules(const char *nft, int userns_fd, int netns_fd, const str
 		execve(nft, argv, envp);
 		_exit(127);
 	}
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	read_text(out, msg, sizeof(msg));
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
-			    "open network: installing the nftables deny rules failed (%s exit %d): %s "
-			    "(needs a kernel with nf_tables and nft_reject_inet, and the right to "
-			    "administer the sandbox's namespaces)",
-			    nft, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-			    msg[0] ? msg : "no output");
-		goto done;
-	}
+	on->helper = pid;
+	on->helper_fd = pidfd;
 	rc = 0;
 done:
 	if (in >= 0)
 		close(in);
-	if (out >= 0)
-		close(out);
 	return rc;
+}
+
+/* nft has exited (its pidfd is readable): reap it, 0 when it installed the rules. */
+static int nft_done(sbx_opennet *on, sbx_err *err)
+{
+	int status = 0;
+	char msg[512];
+
+	while (waitpid(on->helper, &status, 0) < 0 && errno == EINTR)
+		;
+	on->helper = 0;
+	close(on->helper_fd);
+	on->helper_fd = -1;
+	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+		return 0;
+	read_text(on->errfd, msg, sizeof(msg));
+	return sbx_err_set(
+		err, SBX_E_BACKEND_UNAVAILABLE, 0,
+		"open network: installing the nftables deny rules failed (%s exit %d): %s "
+		"(needs a kernel with nf_tables and nft_reject_inet, and the right to "
+		"administer the sandbox's namespaces)",
+		on->nft, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+		msg[0] ? msg : "no output");
 }
 
 /* Read a small /proc file into buf (NUL-terminated, truncated to size-1);
@@ -376,7 +394,8 @@ static int default_routes(void)
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char ifname[64];
 		unsigned int dst, gw, flags, mask;
-		if (sscanf(line, "%63s %x %x %x %*d %*d %*d %x", ifname, &dst, &gw, &flags, &mask) == 5 &&
+		if (sscanf(line, "%63s %x %x %x %*d %*d %*d %x", ifname, &dst, &gw, &flags,
+			   &mask) == 5 &&
 		    dst == 0 && mask == 0 && (flags & 1) && strcmp(ifname, "lo") != 0)
 			fams |= 1;
 	}
@@ -385,9 +404,10 @@ static int default_routes(void)
 	for (line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		char dst[40], ifname[64];
 		unsigned int len, flags;
-		if (sscanf(line, "%39s %x %*s %*x %*s %*x %*x %*x %x %63s", dst, &len, &flags, ifname) == 4 &&
-		    len == 0 && strcmp(dst, "00000000000000000000000000000000") == 0 && (flags & 1) &&
-		    strcmp(ifname, "lo") != 0)
+		if (sscanf(line, "%39s %x %*s %*x %*s %*x %*x %*x %x %63s", dst, &len, &flags,
+			   ifname) == 4 &&
+		    len == 0 && strcmp(dst, "00000000000000000000000000000000") == 0 &&
+		    (flags & 1) && strcmp(ifname, "lo") != 0)
 			fams |= 2;
 	}
 	return fams;
@@ -398,9 +418,11 @@ static int default_routes(void)
  * `need` (pasta configures addresses before routes, so a route means done),
  * then gives the families in `nice` up to OPENNET_NICE_MS more: pasta
  * configures IPv4, then IPv6, but leaves IPv6 out when the host's IPv6 is not
- * routable, which only pasta decides. */
+ * routable, which only pasta decides.  It exits without writing (the pipe
+ * reads EOF) when pasta exits or after OPENNET_READY_MS: so the pipe alone
+ * is what the caller waits on. */
 #define OPENNET_NICE_MS 1000
-static pid_t start_watcher(int userns_fd, int netns_fd, int need, int nice, int *rfd, sbx_err *err)
+static pid_t start_watcher(sbx_opennet *on, int need, int nice, int *rfd, sbx_err *err)
 {
 	int p[2];
 	pid_t pid;
@@ -416,9 +438,10 @@ static pid_t start_watcher(int userns_fd, int netns_fd, int need, int nice, int 
 	}
 	if (pid == 0) {
 		int64_t end = now_ms() + OPENNET_READY_MS, nice_end = 0;
+		struct pollfd pasta = {.fd = on->pidfd, .events = POLLIN};
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		close(p[0]);
-		if (join_netns(userns_fd, netns_fd) < 0)
+		if (join_netns(on->userns_fd, on->netns_fd) < 0)
 			_exit(125);
 		while (now_ms() < end) {
 			int have = default_routes();
@@ -430,7 +453,9 @@ static pid_t start_watcher(int userns_fd, int netns_fd, int need, int nice, int 
 					_exit(0);
 				}
 			}
-			usleep(2000);
+			/* Look again in 2 ms, or go at once when pasta exits. */
+			if (poll(&pasta, 1, 2) > 0)
+				_exit(2);
 		}
 		_exit(1);
 	}
@@ -507,59 +532,106 @@ static pid_t start_pasta(const char *pasta, int userns_fd, int netns_fd, int err
 	_exit(127);
 }
 
-/* Wait until the watcher says ready, or pasta or the watcher dies, or the
- * timeout.  Returns 0 when ready, else -1 with a reason in why. */
-static int wait_ready(int rfd, int pasta_pidfd, const char **why)
-{
-	int64_t end = now_ms() + OPENNET_READY_MS + 1000;
-
-	for (;;) {
-		struct pollfd p[2] = {{.fd = rfd, .events = POLLIN}, {.fd = pasta_pidfd, .events = POLLIN}};
-		int64_t left = end - now_ms();
-		if (left <= 0) {
-			*why = "timed out waiting for pasta to configure the namespace";
-			return -1;
-		}
-		int n = poll(p, 2, (int)left);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			*why = "poll failed";
-			return -1;
-		}
-		if (p[0].revents) {
-			char c;
-			if (read(rfd, &c, 1) == 1)
-				return 0;
-			*why = "pasta did not configure the namespace in time (no default route)";
-			return -1;
-		}
-		if (p[1].revents) {
-			*why = "pasta exited";
-			return -1;
-		}
-	}
-}
-
 static void reap(pid_t pid)
 {
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
 }
 
-int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *const *deny,
+/* The pasta named by SBX_TEST_PASTA (tests only: a fake one that is slow to
+ * come up, or never does: tests/spec/server_loop_spec.lua), else Debian's. */
+static const char *pasta_exe(void)
+{
+	const char *test = getenv("SBX_TEST_PASTA");
+	if (test && *test)
+		return access(test, X_OK) == 0 ? test : NULL;
+	return find_exe(pasta_paths);
+}
+
+/* nft has installed the rules: start pasta and its readiness watcher. */
+static int start_connect(sbx_opennet *on, sbx_err *err)
+{
+	int host_routes = default_routes(), need = host_routes & 1 ? 1 : host_routes, rfd = -1;
+
+	if (!host_routes)
+		return sbx_err_set(
+			err, SBX_E_BACKEND_UNAVAILABLE, 0,
+			"network_mode \"open\": the host has no default route (pasta needs "
+			"one)");
+	/* The log memfd now collects pasta's complaints instead of nft's. */
+	if (ftruncate(on->errfd, 0) < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "ftruncate: %s", strerror(errno));
+	on->pid = start_pasta(on->pasta, on->userns_fd, on->netns_fd, on->errfd, &on->pidfd, err);
+	if (on->pid < 0) {
+		on->pid = 0;
+		return -1;
+	}
+	on->helper = start_watcher(on, need, host_routes & ~need, &rfd, err);
+	if (on->helper < 0) {
+		on->helper = 0;
+		return -1;
+	}
+	on->helper_fd = rfd;
+	on->step = OPENNET_PASTA;
+	return 0;
+}
+
+/* The watcher's pipe is readable: 0 when it says ready, else -1 naming why
+ * pasta is not (it exited, with its output; or it never configured the
+ * namespace). */
+static int pasta_done(sbx_opennet *on, sbx_err *err)
+{
+	struct pollfd p = {.fd = on->pidfd, .events = POLLIN};
+	char c, msg[512];
+	const char *why;
+
+	if (read(on->helper_fd, &c, 1) == 1)
+		return 0;
+	why = poll(&p, 1, 0) > 0
+		      ? "pasta exited"
+		      : "pasta did not configure the namespace in time (no default route)";
+	read_text(on->errfd, msg, sizeof(msg));
+	return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0, "network_mode \"open\": %s: %s", why,
+			   msg[0] ? msg : "no output");
+}
+
+/* Free what only the start needs: the helper (nft or the watcher), the
+ * log, our copies of the namespaces. */
+static void end_start(sbx_opennet *on)
+{
+	if (on->step == OPENNET_IDLE)
+		return;
+	if (on->helper > 0) {
+		kill(on->helper, SIGKILL);
+		reap(on->helper);
+	}
+	on->helper = 0;
+	int *fds[] = {&on->helper_fd, &on->errfd, &on->userns_fd, &on->netns_fd};
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+		*fds[i] = -1;
+	}
+	on->step = OPENNET_IDLE;
+}
+
+void sbx_opennet_init(sbx_opennet *on)
+{
+	memset(on, 0, sizeof(*on));
+	on->pidfd = on->helper_fd = on->errfd = on->userns_fd = on->netns_fd = -1;
+}
+
+int sbx_opennet_begin(sbx_opennet *on, int userns_fd, int netns_fd, const char *const *deny,
 		      sbx_err *err)
 {
 	struct rules r = {0};
-	const char *nft, *pasta, *why = NULL;
-	int errfd = -1, rfd = -1, pidfd = -1, host_routes, need, rc = -1;
-	pid_t watcher = -1, pid = -1;
-	char msg[512];
+	int rc = -1;
 
-	on->pid = 0;
-	on->pidfd = -1;
+	sbx_opennet_init(on);
 	if (netns_fd < 0)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "open network: no network namespace");
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "open network: no network namespace");
+	on->step = OPENNET_NFT;
 
 	/* 1. The ruleset: a malformed deny-list fails first, whatever the machine. */
 	r.buf = malloc(OPENNET_RULES_MAX);
@@ -569,12 +641,12 @@ int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 		goto done;
 
 	/* 2. The tools, or a message saying what to install. */
-	nft = find_exe(nft_paths);
-	pasta = find_exe(pasta_paths);
-	if (!nft || !pasta) {
+	on->nft = find_exe(nft_paths);
+	on->pasta = pasta_exe();
+	if (!on->nft || !on->pasta) {
 		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
 			    "network_mode \"open\" needs %s: apt-get install %s",
-			    nft ? "pasta" : "nft", nft ? "passt" : "nftables");
+			    on->nft ? "pasta" : "nft", on->nft ? "passt" : "nftables");
 		goto done;
 	}
 	/* pasta opens /dev/net/tun as the caller: Debian makes it 0666, some
@@ -584,61 +656,90 @@ int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, e,
 			    "network_mode \"open\": pasta needs /dev/net/tun, which uid %u cannot "
 			    "open (%s): as root, chmod 0666 /dev/net/tun (the Debian default) "
-			    "or modprobe tun", (unsigned)geteuid(), strerror(e));
+			    "or modprobe tun",
+			    (unsigned)geteuid(), strerror(e));
 		goto done;
 	}
-
-	/* 3. The deny rules, installed before the namespace has any way out. */
-	if (install_rules(nft, userns_fd, netns_fd, &r, err) < 0)
-		goto done;
-
-	/* 4. pasta, and wait until the namespace is configured like the host. */
-	host_routes = default_routes();
-	need = host_routes & 1 ? 1 : host_routes;
-	if (!host_routes) {
-		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
-			    "network_mode \"open\": the host has no default route (pasta needs one)");
+	on->errfd = memfd_create("sbx-opennet-log", MFD_CLOEXEC);
+	on->netns_fd = fcntl(netns_fd, F_DUPFD_CLOEXEC, 3);
+	on->userns_fd = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (on->errfd < 0 || on->netns_fd < 0 || (userns_fd >= 0 && on->userns_fd < 0)) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "open network: %s", strerror(errno));
 		goto done;
 	}
-	errfd = memfd_create("sbx-pasta-log", MFD_CLOEXEC);
-	if (errfd < 0) {
-		sbx_err_set(err, SBX_E_EXECUTION, errno, "memfd_create: %s", strerror(errno));
+	/* 3. The deny rules, installed before the namespace has any way out
+	 * (pasta starts once nft has exited: sbx_opennet_step). */
+	on->deadline = now_ms() + SBX_OPEN_NETWORK_READY_TIMEOUT_MS;
+	if (start_nft(on, on->nft, &r, err) < 0)
 		goto done;
-	}
-	watcher = start_watcher(userns_fd, netns_fd, need, host_routes & ~need, &rfd, err);
-	if (watcher < 0)
-		goto done;
-	pid = start_pasta(pasta, userns_fd, netns_fd, errfd, &pidfd, err);
-	if (pid < 0)
-		goto done;
-	if (wait_ready(rfd, pidfd, &why) < 0) {
-		sbx_sys_pidfd_send_signal(pidfd, SIGKILL);
-		reap(pid);
-		read_text(errfd, msg, sizeof(msg));
-		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0, "network_mode \"open\": %s: %s", why,
-			    msg[0] ? msg : "no output");
-		close(pidfd);
-		goto done;
-	}
-	on->pid = pid;
-	on->pidfd = pidfd;
 	rc = 0;
 done:
-	if (watcher > 0) {
-		kill(watcher, SIGKILL);
-		reap(watcher);
-	}
-	if (rfd >= 0)
-		close(rfd);
-	if (errfd >= 0)
-		close(errfd);
 	free(r.buf);
+	if (rc < 0)
+		end_start(on);
 	return rc;
+}
+
+int sbx_opennet_wait_fd(const sbx_opennet *on)
+{
+	return on->step != OPENNET_IDLE ? on->helper_fd : -1;
+}
+
+int sbx_opennet_step(sbx_opennet *on, int timeout_ms, sbx_err *err)
+{
+	while (on->step != OPENNET_IDLE) {
+		struct pollfd p = {.fd = on->helper_fd, .events = POLLIN};
+		int64_t left = on->deadline - now_ms();
+		int n;
+
+		if (left <= 0) {
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, ETIMEDOUT,
+				    "network_mode \"open\": %s did not finish within %d ms",
+				    on->step == OPENNET_NFT ? "nft" : "pasta",
+				    SBX_OPEN_NETWORK_READY_TIMEOUT_MS);
+			goto fail;
+		}
+		n = poll(&p, 1, timeout_ms < 0 || timeout_ms > left ? (int)left : timeout_ms);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			sbx_err_set(err, SBX_E_EXECUTION, errno, "poll: %s", strerror(errno));
+			goto fail;
+		}
+		if (n == 0 && timeout_ms >= 0 && now_ms() < on->deadline)
+			return 1;
+		if (n == 0)
+			continue;
+		if (on->step == OPENNET_NFT) {
+			/* The rules are in: now pasta, and wait for its watcher. */
+			if (nft_done(on, err) < 0 || start_connect(on, err) < 0)
+				goto fail;
+			continue;
+		}
+		if (pasta_done(on, err) < 0)
+			goto fail;
+		end_start(on);
+	}
+	return 0;
+fail:
+	sbx_opennet_stop(on);
+	return -1;
+}
+
+int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *const *deny,
+		      sbx_err *err)
+{
+	if (sbx_opennet_begin(on, userns_fd, netns_fd, deny, err) < 0)
+		return -1;
+	return sbx_opennet_step(on, -1, err);
 }
 
 void sbx_opennet_stop(sbx_opennet *on)
 {
-	if (!on || on->pid <= 0)
+	if (!on)
+		return;
+	end_start(on);
+	if (on->pid <= 0)
 		return;
 	if (on->pidfd >= 0) {
 		sbx_sys_pidfd_send_signal(on->pidfd, SIGKILL);

@@ -141,13 +141,19 @@ sbx_session *sbx_session_open(const sbx_session_opts *opts, sbx_err *err);
  *                       when sbx_session_finish will not wait; -1 once
  *                       finished.
  *   sbx_session_finish  read the sandbox's ready message, waiting up to
- *                       timeout_ms (0: not at all).  Returns 0 (ready),
+ *                       timeout_ms (0: not at all); for network_mode "open"
+ *                       then connect its network (nft, pasta), waiting up
+ *                       to timeout_ms more (-1: until pasta's own deadline,
+ *                       SBX_OPEN_NETWORK_READY_TIMEOUT_MS).  Returns 0 (ready),
  *                       1 (not yet: call again), or -1 with err (the setup
  *                       failed).  On 1 and -1 the session is still the
  *                       caller's, who closes it with sbx_session_close when
  *                       it gives up (its own deadline, or the failure).
  */
 #define SBX_SESSION_READY_TIMEOUT_MS 10000
+/* network_mode "open": how long more, after that, nft and pasta may take to
+ * connect the sandbox (sbx_session_finish goes on waiting for them then). */
+#define SBX_OPEN_NETWORK_READY_TIMEOUT_MS 12000
 sbx_session *sbx_session_start(const sbx_session_opts *opts, sbx_err *err);
 int sbx_session_ready_fd(const sbx_session *s);
 int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);

@@ -487,7 +487,8 @@ int sbx_session_proxy_listener(const sbx_session *s, sbx_err *err)
 	return fd;
 }
 
-/* open: the host connects the open namespace to the outside (opennet.c);
+/* open: the host starts connecting the open namespace to the outside
+ * (opennet.c; sbx_session_finish goes on with it until pasta is ready);
  * userns sessions' namespaces belong to the session's user namespace,
  * which pasta and nft must join. */
 static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sbx_err *err)
@@ -501,7 +502,7 @@ static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sb
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
 					   strerror(errno));
 	}
-	int rc = sbx_opennet_start(&s->open, userns, open_ns, deny, err);
+	int rc = sbx_opennet_begin(&s->open, userns, open_ns, deny, err);
 	if (userns >= 0)
 		close(userns);
 	return rc;
@@ -677,7 +678,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 /* Child side: become the sandbox user, build the root, report, serve. */
 static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, const sbx_session *s,
 						   int sync_fd, int ctl_fd, int image_fd,
-						   const struct sock_fprog *prog)
+						   const struct sock_fprog *prog, const int *procs)
 {
 	struct sbx_zygote_cfg cfg;
 	sbx_err err;
@@ -686,6 +687,17 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 
 	memset(&err, 0, sizeof(err));
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Into the session's cgroup before anything else: every run inherits
+	 * its ceilings.  We move ourselves (the host opened the files): the
+	 * move waits out an RCU grace period (~5-15 ms, cgroup v1), which is
+	 * then ours to wait, not the host's (sbxd's loop). */
+	for (int i = 0; i < SBX_CG_NCTL; i++) {
+		if (procs[i] >= 0 && write(procs[i], "0", 1) != 1) {
+			sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "join the session's cgroup: %s", strerror(errno));
+			sbx_zygote_fail(ctl_fd, &err);
+		}
+	}
 	/* A session and process group of our own, without a terminal: a
 	 * terminal's Ctrl-C, or any signal to the caller's group, reaches
 	 * neither us nor the inits we fork. */
@@ -712,9 +724,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	if (read(sync_fd, &c, 1) != 1)
 		_exit(1);
 	close(sync_fd);
-	/* The host has moved us into the session's cgroup: root a cgroup
-	 * namespace there, so the runs see "/" and never the session's path
-	 * (the one made at clone is rooted at the host's cgroup). */
+	/* We are in the session's cgroup: root a cgroup namespace there, so
+	 * the runs see "/" and never the session's path. */
 	if (unshare(CLONE_NEWCGROUP) != 0) {
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup namespace: %s",
 			    strerror(errno));
@@ -1044,6 +1055,34 @@ static int make_cgroup(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	return sbx_cgroup_create(&s->cg, o->cgroup_root, s->id, &lim, err);
 }
 
+/* The cgroup.procs files the zygote writes itself into (zygote_child),
+ * one per controller the session made (-1 elsewhere): the same files
+ * sbx_cgroup_attach writes, opened by the host, which may. */
+static int open_cgroup_procs(const sbx_cgroup *cg, int *procs, sbx_err *err)
+{
+	for (int i = 0; i < SBX_CG_NCTL; i++) {
+		char path[PATH_MAX + 16];
+		if (!cg->version || !cg->made[i])
+			continue;
+		snprintf(path, sizeof(path), "%s/cgroup.procs",
+			 i == 0 && cg->leaf[0] ? cg->leaf : cg->dir[i]);
+		procs[i] = open(path, O_WRONLY | O_CLOEXEC);
+		if (procs[i] < 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
+					   strerror(errno));
+	}
+	return 0;
+}
+
+static void close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
 /* backend "none": no zygote; each run's init is forked by the host. */
 static int open_direct(sbx_session *s, const sbx_session_opts *o)
 {
@@ -1146,7 +1185,7 @@ static bool strv_dup(const char *const *v, char ***out)
 
 sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 {
-	int sync[2] = {-1, -1}, ctl[2] = {-1, -1};
+	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, procs[SBX_CG_NCTL];
 	struct sock_fprog *prog = NULL;
 	sbx_session *s;
 
@@ -1166,6 +1205,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "at most %d extra paths",
 				   SBX_MAX_CARRY - 1),
 		       NULL;
+	for (int i = 0; i < SBX_CG_NCTL; i++)
+		procs[i] = -1;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
@@ -1175,7 +1216,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	s->max_idle = o->pids_max ? o->pids_max / 16 : MAX_IDLE;
 	if (s->max_idle > MAX_IDLE)
 		s->max_idle = MAX_IDLE;
-	s->open.pidfd = -1;
+	sbx_opennet_init(&s->open);
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		s->spare[m].sock = s->spare[m].pidfd = -1;
 	s->net = o->network_mode;
@@ -1261,8 +1302,11 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}
-	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS |
-			 CLONE_NEWCGROUP;
+	if (open_cgroup_procs(&s->cg, procs, err) < 0)
+		goto fail;
+	/* No cgroup namespace yet: the child joins the session's cgroup
+	 * first (a move out of its namespace's root would be refused). */
+	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
 	if (!s->privileged)
 		flags |= CLONE_NEWUSER;
 	pid_t pid = sbx_sys_clone3_fork(flags, NULL);
@@ -1279,7 +1323,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (pid == 0) {
 		close(sync[1]);
 		close(ctl[0]);
-		zygote_child(o, s, sync[0], ctl[1], image_fd, prog);
+		zygote_child(o, s, sync[0], ctl[1], image_fd, prog, procs);
 	}
 	s->zygote = pid;
 	close(sync[0]);
@@ -1302,10 +1346,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 			goto fail;
 		}
 	}
-	/* Into the session's cgroup before it runs anything: every run it
-	 * starts inherits the ceilings; the host stays outside. */
-	if (s->cg.version && sbx_cgroup_attach(&s->cg, pid, err) < 0)
-		goto fail;
+	close_all(procs, SBX_CG_NCTL);
 	/* With a memory ceiling, the OOM killer must take a run, never the
 	 * session: its runs get 1000 (zygote.c); the zygote itself -1000
 	 * where we may lower it (CAP_SYS_RESOURCE; otherwise it stays 0, and
@@ -1340,26 +1381,34 @@ fail:
 	}
 	if (ctl[1] >= 0)
 		close(ctl[1]);
+	close_all(procs, SBX_CG_NCTL);
 	sbx_seccomp_free(prog);
 	sbx_session_close(s, NULL);
 	return NULL;
 }
 
-int sbx_session_ready_fd(const sbx_session *s)
+/* Between the zygote's ready message and the end of the start, the open
+ * network is coming up (opennet.c): that is what finish waits for then. */
+static bool connecting(const sbx_session *s)
 {
-	return s->pending ? s->ctl_fd : -1;
+	return sbx_opennet_wait_fd(&s->open) >= 0;
 }
 
-int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
+int sbx_session_ready_fd(const sbx_session *s)
 {
-	int open_ns = -1, rc;
-
 	if (!s->pending)
-		return 0;
-	rc = wait_ready(s, timeout_ms, &open_ns, err);
+		return -1;
+	return connecting(s) ? sbx_opennet_wait_fd(&s->open) : s->ctl_fd;
+}
+
+/* The zygote is ready: take what it handed over, and start connecting an
+ * open network.  On failure the session stays pending (unusable). */
+static int finish_zygote(sbx_session *s, int timeout_ms, sbx_err *err)
+{
+	int open_ns = -1, rc = wait_ready(s, timeout_ms, &open_ns, err);
+
 	if (rc != 0)
 		return rc;
-	s->pending = false;
 	/* Each warm init goes into its run cgroup as it is offered. */
 	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
 		rc = -1;
@@ -1376,12 +1425,30 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
 	return rc;
 }
 
+int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
+{
+	int rc;
+
+	if (!s->pending)
+		return 0;
+	if (!connecting(s) && (rc = finish_zygote(s, timeout_ms, err)) != 0)
+		return rc;
+	if (connecting(s) && (rc = sbx_opennet_step(&s->open, timeout_ms, err)) != 0)
+		return rc;
+	s->pending = false;
+	return 0;
+}
+
 sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 {
 	sbx_session *s = sbx_session_start(o, err);
 	if (!s)
 		return NULL;
 	int rc = sbx_session_finish(s, READY_TIMEOUT_MS, err);
+	/* Ready, but its open network still coming up: pasta's own deadline
+	 * bounds the rest. */
+	if (rc == 1 && connecting(s))
+		rc = sbx_session_finish(s, -1, err);
 	if (rc == 0)
 		return s;
 	if (rc == 1)

@@ -508,6 +508,8 @@ int luaopen_sbx_core(lua_State *L)
 	lua_setfield(L, -2, "version");
 	lua_pushinteger(L, SBX_SESSION_READY_TIMEOUT_MS);
 	lua_setfield(L, -2, "SESSION_READY_TIMEOUT_MS");
+	lua_pushinteger(L, SBX_OPEN_NETWORK_READY_TIMEOUT_MS);
+	lua_setfield(L, -2, "OPEN_NETWORK_READY_TIMEOUT_MS");
 	lua_newtable(L);
 	for (i = 0; i < sizeof(signals) / sizeof(signals[0]); i++) {
 		lua_pushinteger(L, signals[i].signo);

@@ -8,7 +8,8 @@
 --
 -- The slow open is made deterministic with SBX_TEST_HOLD_OPEN_FIFO: the
 -- sandbox's setup waits until the test opens that FIFO for writing (while
--- the path does not exist, setups go on at once).
+-- the path does not exist, setups go on at once); open mode's pasta with
+-- SBX_TEST_PASTA (a fake pasta that waits, or never becomes ready).
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local T = dofile(here .. "helpers.lua")
 local H = dofile(T.ROOT .. "/tests/server/harness.lua")
@@ -199,6 +200,90 @@ describe_srv("sbxd while a session's sandbox sets up", function()
       "the abandoned sandbox is still there")
     local after = srv:curl("/v1/sessions", "-H", srv:auth("alice"))
     assert.equal(n_before, select(2, after:gsub('"id":', "")), after)
+  end)
+end)
+
+-- network_mode "open": nft and pasta's start run on from the loop, which
+-- serves others while pasta comes up.  SBX_TEST_PASTA points the core at a
+-- fake pasta: it says it started (a marker file), then waits at a FIFO
+-- before it becomes Debian's pasta, or never becomes ready at all.
+local have_pasta = H.have("pasta") or io.open("/usr/bin/pasta") ~= nil
+local describe_open = (runnable and have_pasta) and describe
+  or function(name) pending(name .. " (needs pasta)") end
+
+describe_open("sbxd while an open-mode session's pasta comes up", function()
+  local srv, dir, fifo, started, pasta
+  local OPEN = '{"backend":"userns","network_mode":"open"}'
+  setup(function()
+    dir = H.sh("mktemp -d /tmp/sbx-loop-spec.XXXXXX"):gsub("%s+$", "")
+    fifo, started, pasta = dir .. "/hold", dir .. "/started", dir .. "/pasta"
+    assert(os.execute(("chmod 0777 %s && mkfifo -m 0666 %s"):format(H.q(dir), H.q(fifo))))
+    -- "mode" chooses: hold (wait at the FIFO, then the real pasta) or never.
+    write(pasta, ([[#!/bin/sh
+echo $$ > %s
+if [ "$(cat %s/mode)" = never ]; then exec sleep 60; fi
+read line < %s
+exec /usr/bin/pasta "$@"
+]]):format(H.q(started), H.q(dir), H.q(fifo)))
+    assert(os.execute("chmod 0755 " .. H.q(pasta)))
+    srv = assert(H.start {
+      tokens = { alice = "tok-alice-loop-0123456789abcdef", bob = "tok-bob-loop-0123456789abcdef" },
+      env = { SBX_TEST_PASTA = pasta },
+    })
+  end)
+  teardown(function()
+    if srv then srv:cleanup() end
+    os.execute("rm -rf " .. H.q(dir))
+  end)
+  before_each(function() os.remove(started) end)
+
+  -- alice's open-mode open, started once bob has a session; returns it
+  -- when the fake pasta has started (so the open waits on pasta now).
+  local function open_waiting_on_pasta(mode)
+    write(dir .. "/mode", mode)
+    local sid = open_session(srv, "bob")
+    local alice = background(srv, "/v1/sessions", "-H", srv:auth("alice"), "-H", JSON, "-d", OPEN)
+    assert.is_true(eventually(function() return read(started) ~= nil end, 30), "pasta never started")
+    return alice, sid
+  end
+
+  it("answers /healthz and another tenant's run before the open waiting for pasta", function()
+    local alice, sid = open_waiting_on_pasta("hold")
+    finally(alice.cleanup)
+    local hbody, hstatus = srv:curl("/healthz")
+    assert.equal(200, hstatus, hbody)
+    local rbody, rstatus = run_true(srv, "bob", sid)
+    assert.equal(200, rstatus, rbody)
+    assert.is_false(alice.done(), "the open answered before pasta was ready")
+    assert(os.execute("echo go > " .. H.q(fifo)))
+    assert.is_true(alice.wait(30))
+    local body, status = alice.result()
+    assert.equal(201, status, body)
+    -- Control: the session really is connected (it can run in open mode).
+    local aid = H.json_field(body, "id")
+    local obody, ostatus = srv:curl("/v1/sessions/" .. aid .. "/runs", "-H", srv:auth("alice"), "-H", JSON,
+      "-d", '{"cmd":["/bin/sh","-c","grep -c . /proc/net/route"]}')
+    assert.equal(200, ostatus, obody)
+    assert.is_truthy(obody:find('"exit_code":0', 1, true) or obody:find('"returncode":0', 1, true), obody)
+  end)
+
+  it("fails an open whose pasta never becomes ready, naming pasta, serving others meanwhile", function()
+    local alice, sid = open_waiting_on_pasta("never")
+    finally(alice.cleanup)
+    local hbody, hstatus = srv:curl("/healthz")
+    assert.equal(200, hstatus, hbody)
+    local rbody, rstatus = run_true(srv, "bob", sid)
+    assert.equal(200, rstatus, rbody)
+    assert.is_false(alice.done(), "the open answered before pasta's deadline")
+    assert.is_true(alice.wait(40))
+    local body, status = alice.result()
+    assert.equal(503, status, body)
+    assert.is_truthy(body:find("BackendUnavailable", 1, true), body)
+    assert.is_truthy(body:find("pasta did not configure the namespace in time", 1, true), body)
+    -- The fake pasta was killed (and reaped) with the failed open.
+    local pid = assert(tonumber((read(started) or ""):match("%d+")), "no pid from the fake pasta")
+    assert.is_true(eventually(function() return read("/proc/" .. pid .. "/stat") == nil end),
+      "the pasta that never became ready is still running")
   end)
 end)
 
