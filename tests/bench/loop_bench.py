@@ -172,12 +172,19 @@ def open_sessions(host, port, n, tenant):
     ids, lock = [], threading.Lock()
 
     def one():
-        c = H2(host, port)
-        status, body = c.request("POST", "/v1/sessions", TOKENS[tenant], b"{}")
-        c.close()
-        if status == 201:
-            with lock:
-                ids.append(body.split(b'"id":"', 1)[1].split(b'"', 1)[0].decode())
+        # A thread's exception would vanish: say what became of each open.
+        try:
+            c = H2(host, port)
+            status, body = c.request("POST", "/v1/sessions", TOKENS[tenant], b"{}")
+            c.close()
+        except Exception as e:  # noqa: BLE001 - reported, not swallowed
+            print("open failed: %r" % (e,), file=sys.stderr)
+            return
+        if status != 201:
+            print("open answered %s: %s" % (status, body[:200]), file=sys.stderr)
+            return
+        with lock:
+            ids.append(body.split(b'"id":"', 1)[1].split(b'"', 1)[0].decode())
     ts = [threading.Thread(target=one) for _ in range(n)]
     for t in ts:
         t.start()
