@@ -544,6 +544,17 @@ static int h1_head(conn *c)
 
 /* ---- reading ---- */
 
+/* Everything read was taken: empty the socket's buffer but keep its memory
+ * (h2o_buffer_consume frees a drained buffer; at one read per event that
+ * is a malloc and a free, often an mmap and munmap, per read). */
+static void taken(h2o_socket_t *sock)
+{
+	if (sock->input->bytes) {
+		sock->input->bytes = sock->input->_buf;
+		sock->input->size = 0;
+	}
+}
+
 static void on_client_read(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
@@ -572,7 +583,7 @@ static void on_client_read(h2o_socket_t *sock, const char *err)
 	}
 	if (c->mode == M_H2) {
 		int rv = sbx_h2g_from_client(c->g, d, n, c->last_ms);
-		h2o_buffer_consume(&sock->input, n);
+		taken(sock);
 		uint64_t a, b;
 		sbx_h2g_rejected(c->g, &a, &b);
 		F.rejected401 += a - c->seen401;
@@ -585,7 +596,7 @@ static void on_client_read(h2o_socket_t *sock, const char *err)
 		}
 	} else {
 		sbx_h2g_buf_put(&c->h1_up, d, n);
-		h2o_buffer_consume(&sock->input, n);
+		taken(sock);
 		if (!c->h1_head_done) {
 			int rv = h1_head(c);
 			if (rv != 0) {
@@ -605,6 +616,21 @@ static void on_inner_read(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
 
+	/* h2o's last bytes may come with its close: relay them first */
+	if (sock->input->size > 0) {
+		if (c->g) {
+			int rv = sbx_h2g_from_server(c->g, (const uint8_t *)sock->input->bytes,
+						     sock->input->size, sbx_srv_now_ms());
+			taken(sock);
+			if (rv != SBX_H2G_OK) {
+				guard_closed(c);
+				return;
+			}
+		} else {
+			sbx_h2g_buf_put(&c->h1_down, sock->input->bytes, sock->input->size);
+			taken(sock);
+		}
+	}
 	if (err) {
 		/* h2o closed its end: say what it said, then close */
 		close_inner(c);
@@ -616,18 +642,6 @@ static void on_inner_read(h2o_socket_t *sock, const char *err)
 		}
 		flush(c);
 		return;
-	}
-	if (c->g) {
-		int rv = sbx_h2g_from_server(c->g, (const uint8_t *)sock->input->bytes,
-					     sock->input->size, sbx_srv_now_ms());
-		h2o_buffer_consume(&sock->input, sock->input->size);
-		if (rv != SBX_H2G_OK) {
-			guard_closed(c);
-			return;
-		}
-	} else {
-		sbx_h2g_buf_put(&c->h1_down, sock->input->bytes, sock->input->size);
-		h2o_buffer_consume(&sock->input, sock->input->size);
 	}
 	update_timers(c);
 	flush(c);
