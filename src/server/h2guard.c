@@ -133,6 +133,12 @@ static size_t buf_avail(const sbx_h2g_buf *b)
 	return b->len - b->off;
 }
 
+static void append(sbx_h2g_buf *dst, const sbx_h2g_buf *src)
+{
+	if (buf_avail(src) > 0)
+		sbx_h2g_buf_put(dst, src->data + src->off, buf_avail(src));
+}
+
 /* ---- frames out ---- */
 
 /* Where the guard's own frames go: after h2o's first SETTINGS (the
@@ -191,7 +197,7 @@ void sbx_h2g_goaway(sbx_h2g *g, uint32_t code, sbx_h2g_reason why, const char *d
 		/* h2o has not spoken yet: an empty SETTINGS is our preface */
 		g->server_settings_seen = true;
 		put_frame_head(&g->to_client, 0, F_SETTINGS, 0, 0);
-		sbx_h2g_buf_put(&g->to_client, g->early.data + g->early.off, buf_avail(&g->early));
+		append(&g->to_client, &g->early);
 	}
 	put_frame_head(&g->to_client, (uint32_t)(8 + dl), F_GOAWAY, 0, 0);
 	sbx_h2g_buf_put(&g->to_client, p, 8);
@@ -254,7 +260,7 @@ static void answer(sbx_h2g *g, uint32_t id, int status, bool msgpack, bool clien
 	else if (status == 503)
 		hpack_field(&hb, 53, "1", 1); /* retry-after */
 	put_frame_head(out, (uint32_t)buf_avail(&hb), F_HEADERS, FL_END_HEADERS, id);
-	sbx_h2g_buf_put(out, hb.data + hb.off, buf_avail(&hb));
+	append(out, &hb);
 	sbx_h2g_buf_free(&hb);
 	put_frame_head(out, (uint32_t)bl, F_DATA, FL_END_STREAM, id);
 	sbx_h2g_buf_put(out, body, bl);
@@ -454,12 +460,12 @@ static int block_done(sbx_h2g *g)
 		/* h2o decodes the block (its HPACK table stays in step) and frees
 		 * the stream at once: END_STREAM cleared, then a CANCEL. */
 		g->hb_raw.data[g->hb_raw.off + 4] &= (uint8_t)~FL_END_STREAM;
-		sbx_h2g_buf_put(&g->to_h2o, g->hb_raw.data + g->hb_raw.off, buf_avail(&g->hb_raw));
+		append(&g->to_h2o, &g->hb_raw);
 		put_u32_frame(&g->to_h2o, F_RST, id, 0x8 /* CANCEL */);
 		answer(g, id, status, ascii_has(g->accept, g->accept_len, "msgpack"),
 		       g->hb_end_stream);
 	} else {
-		sbx_h2g_buf_put(&g->to_h2o, g->hb_raw.data + g->hb_raw.off, buf_avail(&g->hb_raw));
+		append(&g->to_h2o, &g->hb_raw);
 		if (!trailers) {
 			if (g->n_streams >= MAX_STREAMS)
 				return fail(g, SBX_H2G_CALM, SBX_H2G_R_CONCURRENCY);
@@ -742,7 +748,7 @@ static void server_settings(sbx_h2g *g, const uint8_t *f, uint32_t len)
 	put_frame_head(&g->to_client, len + 6, F_SETTINGS, f[4], 0);
 	sbx_h2g_buf_put(&g->to_client, f + 9, len);
 	sbx_h2g_buf_put(&g->to_client, e, 6);
-	sbx_h2g_buf_put(&g->to_client, g->early.data + g->early.off, buf_avail(&g->early));
+	append(&g->to_client, &g->early);
 	sbx_h2g_buf_free(&g->early);
 }
 
@@ -780,7 +786,7 @@ static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 			if (!(flags & FL_END_HEADERS))
 				return SBX_H2G_OK;
 			/* the run is complete: relay it in one piece */
-			sbx_h2g_buf_put(out, g->srun.data + g->srun.off, buf_avail(&g->srun));
+			append(out, &g->srun);
 			sbx_h2g_buf_consume(&g->srun, buf_avail(&g->srun));
 			if (s)
 				maybe_done(g, s);
