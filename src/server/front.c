@@ -751,6 +751,12 @@ static void serve(int fd, const struct sockaddr_storage *ss)
 		close(fd);
 		return;
 	}
+	/* Larger socketpair buffers: fewer, larger hops for a stream. */
+	int sz = 1 << 20;
+	for (int i = 0; i < 2; i++) {
+		setsockopt(sp[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+		setsockopt(sp[i], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		close(fd);

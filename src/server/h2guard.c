@@ -585,13 +585,16 @@ static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, ui
 	return SBX_H2G_OK;
 }
 
-static int on_settings(sbx_h2g *g, uint8_t *f, uint32_t len, uint8_t flags, uint32_t id,
+static int on_settings(sbx_h2g *g, const uint8_t *frame, uint32_t len, uint8_t flags, uint32_t id,
 		       uint64_t now)
 {
+	uint8_t f[9 + 6 * MAX_SETTINGS];
+
 	if (id != 0 || len % 6 != 0 || ((flags & FL_ACK) && len != 0))
 		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
 	if (!take(&g->b_settings, &g->lim.settings, now) || len / 6 > MAX_SETTINGS)
 		return fail(g, SBX_H2G_CALM, SBX_H2G_R_SETTINGS);
+	memcpy(f, frame, 9 + (size_t)len);
 	for (uint32_t i = 0; i < len; i += 6) {
 		uint8_t *e = f + 9 + i;
 		uint16_t k = (uint16_t)(e[0] << 8 | e[1]);
@@ -609,7 +612,7 @@ static int on_settings(sbx_h2g *g, uint8_t *f, uint32_t len, uint8_t flags, uint
 	return SBX_H2G_OK;
 }
 
-static int on_client_frame(sbx_h2g *g, uint8_t *f, uint64_t now)
+static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 {
 	uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
 	uint8_t type = f[3], flags = f[4];
@@ -695,8 +698,21 @@ int sbx_h2g_from_client(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
 	}
 	while (n > 0) {
 		size_t have = buf_avail(&g->cin);
-		uint8_t *f;
+		const uint8_t *f;
 		size_t need;
+		if (have == 0 && n >= 9) {
+			/* a whole frame in the input: checked where it lies */
+			uint32_t len = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+			if (len > FRAME_MAX)
+				return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+			if (n >= 9 + (size_t)len) {
+				if (on_client_frame(g, p, now_ms) != SBX_H2G_OK)
+					return SBX_H2G_CLOSE;
+				p += 9 + (size_t)len;
+				n -= 9 + (size_t)len;
+				continue;
+			}
+		}
 		if (have < 9) {
 			size_t k = 9 - have < n ? 9 - have : n;
 			sbx_h2g_buf_put(&g->cin, p, k);
@@ -830,6 +846,19 @@ int sbx_h2g_from_server(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
 		return SBX_H2G_CLOSE;
 	while (n > 0) {
 		size_t have = buf_avail(&g->sin);
+		if (have == 0 && n >= 9) {
+			/* a whole frame in the input: relayed without assembling */
+			uint32_t len = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+			if (len > SERVER_FRAME_MAX)
+				return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+			if (n >= 9 + (size_t)len) {
+				if (on_server_frame(g, p, len, now_ms) != SBX_H2G_OK)
+					return SBX_H2G_CLOSE;
+				p += 9 + (size_t)len;
+				n -= 9 + (size_t)len;
+				continue;
+			}
+		}
 		if (have < 9) {
 			size_t k = 9 - have < n ? 9 - have : n;
 			sbx_h2g_buf_put(&g->sin, p, k);
