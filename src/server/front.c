@@ -20,12 +20,14 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include "front.h"
 
-#define CAP (256 * 1024)  /* bytes queued per direction before reading stops */
-#define H1_HEAD_MAX 65536 /* an HTTP/1.1 request head */
+#define CAP (256 * 1024)	/* bytes queued per direction before reading stops */
+#define H1_HEAD_MAX 65536	/* an HTTP/1.1 request head */
+#define LINGER_MAX (256 * 1024) /* bytes read and dropped after our last word */
 
 sbx_front_opts sbx_front_o;
 
@@ -36,7 +38,8 @@ typedef struct conn {
 	h2o_socket_t *client, *inner;
 	sbx_h2g *g;
 	int mode;
-	bool closing, client_eof;
+	bool closing, lingering, inner_wdead;
+	size_t lingered;
 	struct sockaddr_storage addr; /* AF_UNSPEC for unix sockets */
 	char peer[64];
 	uint64_t last_ms;
@@ -54,16 +57,26 @@ typedef struct conn {
 static struct {
 	sbx_srv *S;
 	void *ssl_ctx;
+	/* the front's own loop and thread; the main loop gets h2o's ends of
+	 * the socketpairs through the handoff pipe */
+	h2o_loop_t *loop;
+	pthread_t thread;
+	int listen_fd, ctl[2], handoff[2];
+	h2o_socket_t *listener, *ctl_sock, *handoff_sock;
 	conn *conns;
-	uint32_t n_conns;
 	int spare_fd;
 	uint64_t held_total;
 	h2o_timeout_t hdr_timeout, idle_timeout, close_timeout, pause_timeout;
 	h2o_timeout_entry_t pause_entry;
-	/* metrics */
+	/* metrics: written by the front's thread (BUMP), read by the main one */
 	uint64_t accepted, goaway[SBX_H2G_R_COUNT], refused_total, refused_addr, refused_fd,
-		rejected401, rejected503;
-} F = {.spare_fd = -1};
+		rejected401, rejected503, held_pub;
+	uint32_t n_conns;
+} F = {.spare_fd = -1, .ctl = {-1, -1}, .handoff = {-1, -1}};
+
+#define BUMP(x) __atomic_fetch_add(&(x), 1, __ATOMIC_RELAXED)
+#define ADD(x, n) __atomic_fetch_add(&(x), (n), __ATOMIC_RELAXED)
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 /* ---- options ---- */
 
@@ -234,9 +247,6 @@ static int on_check(void *ud, const sbx_h2g_req *r)
 	c->why_kind = "Unauthorized";
 	c->why_msg = "unknown token";
 reject:
-	sbx_srv_m.requests++;
-	sbx_srv_m.responses_4xx++;
-	sbx_srv_m.auth_failures++;
 	sbx_srv_log(SRV_LOG_INFO,
 		    "event=request method=%.*s path=\"%.*s\" status=401 tenant=- by=front peer=%s",
 		    (int)r->method_len, r->method, (int)(r->path_len > 200 ? 200 : r->path_len),
@@ -253,8 +263,6 @@ static size_t on_body(void *ud, int status, bool msgpack, char *buf, size_t cap,
 	if (status == 503) {
 		kind = "Unavailable";
 		msg = "request body budget exhausted; retry later";
-		sbx_srv_m.requests++;
-		sbx_srv_m.responses_5xx++;
 	}
 	char *b = sbx_srv_error_body(msgpack ? SRV_FMT_MSGPACK : SRV_FMT_JSON, kind ? kind : "",
 				     msg ? msg : "", &len);
@@ -281,6 +289,7 @@ static void conn_free(conn *c)
 		h2o_timeout_unlink(&c->close_entry);
 	sbx_h2g_free(c->g);
 	F.held_total -= c->h1_reserved;
+	__atomic_store_n(&F.held_pub, F.held_total, __ATOMIC_RELAXED);
 	sbx_h2g_buf_free(&c->h1_up);
 	sbx_h2g_buf_free(&c->h1_down);
 	sbx_h2g_buf_free(&c->cw);
@@ -291,7 +300,7 @@ static void conn_free(conn *c)
 		F.conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	F.n_conns--;
+	ADD(F.n_conns, (uint32_t)-1);
 	free(c);
 }
 
@@ -313,10 +322,43 @@ static void close_all(conn *c)
 	conn_free(c);
 }
 
+/* Everything is written: half-close and read (discarding) until the
+ * client closes, the close timer fires or LINGER_MAX bytes were dropped
+ * (a client that goes on sending after the GOAWAY).  Closing with the
+ * client's bytes unread sends a TCP RST, which can make a client lose the
+ * GOAWAY it has not read yet. */
+static void on_linger_read(h2o_socket_t *sock, const char *err)
+{
+	conn *c = sock->data;
+	c->lingered += sock->input->size;
+	if (err || c->lingered > LINGER_MAX) {
+		close_all(c);
+		return;
+	}
+	if (sock->input->bytes) {
+		sock->input->bytes = sock->input->_buf;
+		sock->input->size = 0;
+	}
+}
+
+static void arm_close(conn *c);
+
+static void linger(conn *c)
+{
+	if (c->lingering)
+		return;
+	c->lingering = true;
+	c->closing = true;
+	close_inner(c);
+	arm_close(c);
+	shutdown(h2o_socket_get_fd(c->client), SHUT_WR);
+	h2o_socket_read_start(c->client, on_linger_read);
+}
+
 static void arm_close(conn *c)
 {
 	if (!h2o_timeout_is_linked(&c->close_entry))
-		h2o_timeout_link(F.S->ctx.loop, &F.close_timeout, &c->close_entry);
+		h2o_timeout_link(F.loop, &F.close_timeout, &c->close_entry);
 }
 
 static void on_close_timeout(h2o_timeout_entry_t *e)
@@ -349,7 +391,7 @@ static void guard_closed(conn *c)
 {
 	uint32_t code = 0;
 	sbx_h2g_reason why = sbx_h2g_reason_of(c->g, &code);
-	F.goaway[why]++;
+	BUMP(F.goaway[why]);
 	sbx_srv_log(why == SBX_H2G_R_IDLE_TIMEOUT || why == SBX_H2G_R_EVICTED ? SRV_LOG_DEBUG
 									      : SRV_LOG_WARN,
 		    "event=guard_close peer=%s reason=%s goaway=0x%x", c->peer,
@@ -386,9 +428,9 @@ static void on_inner_write(h2o_socket_t *sock, const char *err)
 	conn *c = sock->data;
 	c->iw.off = c->iw.len = 0;
 	if (err) {
-		/* h2o went away: the client gets what h2o already said */
-		close_inner(c);
-		c->closing = true;
+		/* h2o stopped reading (an early answer, e.g. 413, then its
+		 * close): write no more, but read what it said until its EOF */
+		c->inner_wdead = true;
 		arm_close(c);
 	}
 	flush(c);
@@ -400,7 +442,9 @@ static void flush(conn *c)
 {
 	sbx_h2g_buf *up = up_buf(c), *down = down_buf(c);
 
-	if (c->inner && !c->closing && c->iw.len == 0 && up->len > up->off) {
+	if (c->inner_wdead)
+		up->off = up->len = 0;
+	if (c->inner && !c->closing && !c->inner_wdead && c->iw.len == 0 && up->len > up->off) {
 		sbx_h2g_buf t = c->iw;
 		c->iw = *up;
 		*up = t;
@@ -415,7 +459,7 @@ static void flush(conn *c)
 		h2o_socket_write(c->client, &v, 1, on_client_write);
 	}
 	if (c->client && c->cw.len == 0 && down->len == down->off && (c->closing || !c->inner)) {
-		close_all(c); /* everything said */
+		linger(c); /* everything said */
 		return;
 	}
 	if (c->closing)
@@ -440,9 +484,10 @@ static void flush(conn *c)
 /* Header and idle timers follow the guard's state after each event. */
 static void update_timers(conn *c)
 {
-	h2o_loop_t *loop = F.S->ctx.loop;
+	h2o_loop_t *loop = F.loop;
 	bool hdr, idle;
 
+	__atomic_store_n(&F.held_pub, F.held_total, __ATOMIC_RELAXED);
 	if (c->closing)
 		return;
 	if (c->mode == M_H2) {
@@ -468,7 +513,7 @@ static void timed_out(conn *c, uint32_t code, sbx_h2g_reason why)
 		sbx_h2g_goaway(c->g, code, why, sbx_h2g_reason_names[why]);
 		guard_closed(c);
 	} else {
-		F.goaway[why]++;
+		BUMP(F.goaway[why]);
 		sbx_srv_log(SRV_LOG_WARN, "event=guard_close peer=%s reason=%s", c->peer,
 			    sbx_h2g_reason_names[why]);
 		begin_close(c);
@@ -501,9 +546,7 @@ static void h1_answer_503(conn *c)
 	sbx_h2g_buf_put(&c->h1_down, head, (size_t)n);
 	sbx_h2g_buf_put(&c->h1_down, b, b ? len : 0);
 	free(b);
-	F.rejected503++;
-	sbx_srv_m.requests++;
-	sbx_srv_m.responses_5xx++;
+	BUMP(F.rejected503);
 }
 
 /* The first request head: once complete, its Content-Length against the
@@ -586,8 +629,8 @@ static void on_client_read(h2o_socket_t *sock, const char *err)
 		taken(sock);
 		uint64_t a, b;
 		sbx_h2g_rejected(c->g, &a, &b);
-		F.rejected401 += a - c->seen401;
-		F.rejected503 += b - c->seen503;
+		ADD(F.rejected401, a - c->seen401);
+		ADD(F.rejected503, b - c->seen503);
 		c->seen401 = a;
 		c->seen503 = b;
 		if (rv != SBX_H2G_OK) {
@@ -601,7 +644,7 @@ static void on_client_read(h2o_socket_t *sock, const char *err)
 			int rv = h1_head(c);
 			if (rv != 0) {
 				if (rv < 0)
-					F.goaway[SBX_H2G_R_HEADER_LIST]++;
+					BUMP(F.goaway[SBX_H2G_R_HEADER_LIST]);
 				c->h1_up.off = c->h1_up.len = 0;
 				begin_close(c);
 				return;
@@ -688,15 +731,15 @@ static bool evict(const struct sockaddr_storage *addr)
 static void on_pause_over(h2o_timeout_entry_t *e)
 {
 	(void)e;
-	if (F.S->listener)
-		h2o_socket_read_start(F.S->listener, sbx_front_on_accept);
+	if (F.listener)
+		h2o_socket_read_start(F.listener, sbx_front_on_accept);
 }
 
 /* Out of descriptors: shed the connection waiting in the backlog with the
  * spare descriptor, and stop accepting for 100 ms instead of spinning. */
 static void out_of_fds(int lfd, int e)
 {
-	F.refused_fd++;
+	BUMP(F.refused_fd);
 	if (F.spare_fd >= 0) {
 		close(F.spare_fd);
 		F.spare_fd = -1;
@@ -706,9 +749,9 @@ static void out_of_fds(int lfd, int e)
 		close(fd);
 	F.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	sbx_srv_log(SRV_LOG_WARN, "event=accept_pause err=\"%s\" conns=%u", strerror(e), F.n_conns);
-	h2o_socket_read_stop(F.S->listener);
+	h2o_socket_read_stop(F.listener);
 	if (!h2o_timeout_is_linked(&F.pause_entry))
-		h2o_timeout_link(F.S->ctx.loop, &F.pause_timeout, &F.pause_entry);
+		h2o_timeout_link(F.loop, &F.pause_timeout, &F.pause_entry);
 }
 
 static void peer_name(const struct sockaddr_storage *ss, char *out, size_t cap)
@@ -742,12 +785,11 @@ static void on_handshake(h2o_socket_t *sock, const char *err)
 
 static void serve(int fd, const struct sockaddr_storage *ss)
 {
-	sbx_srv *S = F.S;
 	int sp[2];
 	conn *c;
 
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) {
-		F.refused_fd++;
+		BUMP(F.refused_fd);
 		close(fd);
 		return;
 	}
@@ -778,18 +820,23 @@ static void serve(int fd, const struct sockaddr_storage *ss)
 	if (F.conns)
 		F.conns->prev = c;
 	F.conns = c;
-	F.n_conns++;
-	F.accepted++;
+	ADD(F.n_conns, 1);
+	BUMP(F.accepted);
 
-	c->client =
-		h2o_evloop_socket_create(S->ctx.loop, fd, H2O_SOCKET_FLAG_IS_ACCEPTED_CONNECTION);
+	c->client = h2o_evloop_socket_create(F.loop, fd, H2O_SOCKET_FLAG_IS_ACCEPTED_CONNECTION);
 	c->client->data = c;
-	c->inner = h2o_evloop_socket_create(S->ctx.loop, sp[0], 0);
+	c->inner = h2o_evloop_socket_create(F.loop, sp[0], 0);
 	c->inner->data = c;
-	/* h2o's end: a plaintext connection it serves like any other. */
-	h2o_accept(&S->accept_ctx, h2o_evloop_socket_create(S->ctx.loop, sp[1], 0));
+	/* h2o's end, to the main loop: a plaintext connection it serves like
+	 * any other (a write of 4 bytes to a pipe is atomic). */
+	if (write(F.handoff[1], &sp[1], sizeof(sp[1])) != (ssize_t)sizeof(sp[1])) {
+		close(sp[1]);
+		BUMP(F.refused_fd);
+		close_all(c);
+		return;
+	}
 	h2o_socket_read_start(c->inner, on_inner_read);
-	h2o_timeout_link(S->ctx.loop, &F.hdr_timeout, &c->hdr_entry);
+	h2o_timeout_link(F.loop, &F.hdr_timeout, &c->hdr_entry);
 	if (F.ssl_ctx)
 		h2o_socket_ssl_handshake(c->client, F.ssl_ctx, NULL, on_handshake);
 	else
@@ -822,7 +869,7 @@ void sbx_front_on_accept(h2o_socket_t *listener, const char *err)
 			for (conn *c = F.conns; c; c = c->next)
 				same += !c->closing && same_addr(&c->addr, &ss);
 			if (same >= o->max_conns_per_addr && !evict(&ss)) {
-				F.refused_addr++;
+				BUMP(F.refused_addr);
 				close(fd);
 				continue;
 			}
@@ -831,7 +878,7 @@ void sbx_front_on_accept(h2o_socket_t *listener, const char *err)
 		for (conn *c = F.conns; c; c = c->next)
 			open_now += !c->closing;
 		if (open_now >= o->max_conns && !evict(NULL)) {
-			F.refused_total++;
+			BUMP(F.refused_total);
 			close(fd);
 			continue;
 		}
@@ -839,13 +886,71 @@ void sbx_front_on_accept(h2o_socket_t *listener, const char *err)
 	}
 }
 
-int sbx_front_start(sbx_srv *S, void *ssl_ctx, sbx_err *err)
+/* ---- the front's thread ---- */
+
+/* Main loop: h2o's ends of new socketpairs, to serve. */
+static void on_handoff(h2o_socket_t *sock, const char *err)
+{
+	sbx_srv *S = F.S;
+	int fds[64];
+	ssize_t n;
+	(void)sock;
+	(void)err;
+
+	while ((n = read(F.handoff[0], fds, sizeof(fds))) > 0)
+		for (ssize_t i = 0; i < n / (ssize_t)sizeof(int); i++)
+			h2o_accept(&S->accept_ctx,
+				   h2o_evloop_socket_create(S->ctx.loop, fds[i], 0));
+}
+
+/* Front loop: the main thread asks to stop accepting (drain). */
+static void on_ctl(h2o_socket_t *sock, const char *err)
+{
+	char b[16];
+	(void)sock;
+	(void)err;
+	while (read(F.ctl[0], b, sizeof(b)) > 0) {
+		if (F.listener) {
+			h2o_socket_read_stop(F.listener);
+			h2o_socket_close(F.listener);
+			F.listener = NULL;
+		}
+		if (h2o_timeout_is_linked(&F.pause_entry))
+			h2o_timeout_unlink(&F.pause_entry);
+	}
+}
+
+/* Everything of the front lives on this thread's loop (h2o's socket
+ * buffers are per thread), so a flood of frames costs this thread, not
+ * the one serving requests and runs. */
+static void *front_main(void *arg)
+{
+	const sbx_front_opts *o = &sbx_front_o;
+	(void)arg;
+
+	F.loop = h2o_evloop_create();
+	h2o_timeout_init(F.loop, &F.hdr_timeout, (uint64_t)o->header_timeout_s * 1000);
+	h2o_timeout_init(F.loop, &F.idle_timeout, (uint64_t)o->idle_timeout_s * 1000);
+	h2o_timeout_init(F.loop, &F.close_timeout, 1000);
+	h2o_timeout_init(F.loop, &F.pause_timeout, 100);
+	F.pause_entry.cb = on_pause_over;
+	F.ctl_sock = h2o_evloop_socket_create(F.loop, F.ctl[0], H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(F.ctl_sock, on_ctl);
+	F.listener = h2o_evloop_socket_create(F.loop, F.listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(F.listener, sbx_front_on_accept);
+	for (;;)
+		h2o_evloop_run(F.loop, INT32_MAX);
+	return NULL;
+}
+
+int sbx_front_start(sbx_srv *S, int listen_fd, void *ssl_ctx, sbx_err *err)
 {
 	sbx_front_opts *o = &sbx_front_o;
 	struct rlimit rl;
 
 	F.S = S;
 	F.ssl_ctx = ssl_ctx;
+	F.listen_fd = listen_fd;
 	/* A connection may hold a few --max-body requests at once, the server
 	 * sixteen: bounded, yet parallel uploads of one client fit. */
 	o->lim.max_body = S->max_body;
@@ -868,12 +973,22 @@ int sbx_front_start(sbx_srv *S, void *ssl_ctx, sbx_err *err)
 	if (F.spare_fd < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open /dev/null: %s",
 				   strerror(errno));
-	h2o_timeout_init(S->ctx.loop, &F.hdr_timeout, (uint64_t)o->header_timeout_s * 1000);
-	h2o_timeout_init(S->ctx.loop, &F.idle_timeout, (uint64_t)o->idle_timeout_s * 1000);
-	h2o_timeout_init(S->ctx.loop, &F.close_timeout, 1000);
-	h2o_timeout_init(S->ctx.loop, &F.pause_timeout, 100);
-	F.pause_entry.cb = on_pause_over;
+	if (pipe2(F.ctl, O_CLOEXEC | O_NONBLOCK) != 0 ||
+	    pipe2(F.handoff, O_CLOEXEC | O_NONBLOCK) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+	F.handoff_sock =
+		h2o_evloop_socket_create(S->ctx.loop, F.handoff[0], H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(F.handoff_sock, on_handoff);
+	int e = pthread_create(&F.thread, NULL, front_main, NULL);
+	if (e != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, e, "pthread_create: %s", strerror(e));
 	return 0;
+}
+
+void sbx_front_stop(void)
+{
+	if (F.ctl[1] >= 0 && write(F.ctl[1], "s", 1) != 1)
+		sbx_srv_log(SRV_LOG_ERROR, "event=front_stop err=\"%s\"", strerror(errno));
 }
 
 void sbx_front_metrics(FILE *f)
@@ -882,27 +997,34 @@ void sbx_front_metrics(FILE *f)
 		   "# TYPE sbxd_h2_goaway_total counter\n");
 	for (int i = 1; i < SBX_H2G_R_COUNT; i++)
 		fprintf(f, "sbxd_h2_goaway_total{reason=\"%s\"} %lu\n", sbx_h2g_reason_names[i],
-			(unsigned long)F.goaway[i]);
+			(unsigned long)LOAD(F.goaway[i]));
 	fprintf(f, "# HELP sbxd_conn_refused_total Connections refused at accept, by reason.\n"
 		   "# TYPE sbxd_conn_refused_total counter\n");
 	fprintf(f, "sbxd_conn_refused_total{reason=\"total\"} %lu\n",
-		(unsigned long)F.refused_total);
+		(unsigned long)LOAD(F.refused_total));
 	fprintf(f, "sbxd_conn_refused_total{reason=\"per_addr\"} %lu\n",
-		(unsigned long)F.refused_addr);
-	fprintf(f, "sbxd_conn_refused_total{reason=\"fd\"} %lu\n", (unsigned long)F.refused_fd);
+		(unsigned long)LOAD(F.refused_addr));
+	fprintf(f, "sbxd_conn_refused_total{reason=\"fd\"} %lu\n",
+		(unsigned long)LOAD(F.refused_fd));
 	fprintf(f, "# HELP sbxd_requests_rejected_total Requests the front answered itself.\n"
 		   "# TYPE sbxd_requests_rejected_total counter\n");
 	fprintf(f, "sbxd_requests_rejected_total{status=\"401\"} %lu\n",
-		(unsigned long)F.rejected401);
+		(unsigned long)LOAD(F.rejected401));
 	fprintf(f, "sbxd_requests_rejected_total{status=\"503\"} %lu\n",
-		(unsigned long)F.rejected503);
+		(unsigned long)LOAD(F.rejected503));
 	fprintf(f, "# HELP sbxd_connections_accepted_total Connections accepted.\n"
 		   "# TYPE sbxd_connections_accepted_total counter\n");
-	fprintf(f, "sbxd_connections_accepted_total %lu\n", (unsigned long)F.accepted);
+	fprintf(f, "sbxd_connections_accepted_total %lu\n", (unsigned long)LOAD(F.accepted));
 	fprintf(f, "# HELP sbxd_connections_open Client connections open now.\n"
 		   "# TYPE sbxd_connections_open gauge\n");
-	fprintf(f, "sbxd_connections_open %u\n", F.n_conns);
+	fprintf(f, "sbxd_connections_open %u\n", LOAD(F.n_conns));
 	fprintf(f, "# HELP sbxd_request_body_held_bytes Request body bytes h2o holds now.\n"
 		   "# TYPE sbxd_request_body_held_bytes gauge\n");
-	fprintf(f, "sbxd_request_body_held_bytes %lu\n", (unsigned long)F.held_total);
+	fprintf(f, "sbxd_request_body_held_bytes %lu\n", (unsigned long)LOAD(F.held_pub));
+}
+
+void sbx_front_counts(uint64_t *answered, uint64_t *n401)
+{
+	*n401 = LOAD(F.rejected401);
+	*answered = *n401 + LOAD(F.rejected503);
 }

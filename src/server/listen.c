@@ -190,22 +190,20 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 		}
 		fflush(stdout);
 	}
-	if (sbx_front_start(S, tls, err) != 0) {
+	/* The front's thread accepts from here on. */
+	if (sbx_front_start(S, fd, tls, err) != 0) {
 		close(fd);
 		return -1;
 	}
-	S->listener = h2o_evloop_socket_create(S->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
-	S->listener->data = S;
-	h2o_socket_read_start(S->listener, sbx_front_on_accept);
+	S->listening = true;
 	return 0;
 }
 
 void sbx_srv_listen_stop(sbx_srv *S)
 {
-	if (S->listener) {
-		h2o_socket_read_stop(S->listener);
-		h2o_socket_close(S->listener);
-		S->listener = NULL;
+	if (S->listening) {
+		sbx_front_stop();
+		S->listening = false;
 	}
 	if (S->unix_path) {
 		unlink(S->unix_path);

@@ -66,7 +66,7 @@ typedef struct sbx_srv {
 	h2o_globalconf_t config;
 	h2o_context_t ctx;
 	h2o_accept_ctx_t accept_ctx;
-	h2o_socket_t *listener;
+	bool listening; /* the front (front.c) accepts on its own thread */
 	h2o_socket_t *sigsock;
 	h2o_socket_t *proxysock; /* the allowlist proxy's epoll fd (sbx_proxy.h) */
 	h2o_timeout_t zero_timeout, tick_timeout, second_timeout;
