@@ -11,7 +11,10 @@
  * Files: main.c (options, Lua state, signals, loop), listen.c (TCP/unix
  * listeners, TLS), handler.c (requests -> Lua -> responses), codec.c
  * (JSON/msgpack <-> Lua), stream.c (runs streamed as events), auth.c
- * (token file, constant-time compare), metrics.c, log.c.
+ * (token file, constant-time compare), metrics.c, log.c; front.c (every
+ * client connection, on its own thread: accept, TLS, budgets, the relay to
+ * h2o over a socketpair), front_opts.c (its flags), h2guard.c and
+ * h2guard_out.c (the HTTP/2 frame guard, a pure state machine).
  */
 #ifndef SBX_SERVER_H
 #define SBX_SERVER_H
