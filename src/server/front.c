@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -30,6 +31,9 @@
 #define LINGER_MAX (256 * 1024) /* bytes read and dropped after our last word */
 
 enum { M_DETECT, M_H2, M_H1 };
+/* HTTP/1.1: reading the first head; waiting for h2o's answer to an
+ * Upgrade: h2c; a pipe. */
+enum { H1_HEAD, H1_UPGRADE, H1_PIPE };
 
 typedef struct conn {
 	struct conn *prev, *next;
@@ -42,7 +46,9 @@ typedef struct conn {
 	char peer[64];
 	uint64_t last_ms;
 	sbx_h2g_buf h1_up, h1_down; /* HTTP/1.1: the pipe's buffers */
-	size_t h1_scanned;
+	sbx_h2g_buf h1_hold;	    /* the first head; bytes held during an upgrade */
+	int h1_state;
+	size_t h1_scanned, h1_match;
 	bool h1_head_done;
 	uint64_t h1_reserved;
 	sbx_h2g_buf cw, iw; /* being written to the client, to h2o */
@@ -155,6 +161,7 @@ static void conn_free(conn *c)
 	__atomic_store_n(&F.held_pub, F.held_total, __ATOMIC_RELAXED);
 	sbx_h2g_buf_free(&c->h1_up);
 	sbx_h2g_buf_free(&c->h1_down);
+	sbx_h2g_buf_free(&c->h1_hold);
 	sbx_h2g_buf_free(&c->cw);
 	sbx_h2g_buf_free(&c->iw);
 	if (c->prev)
@@ -314,7 +321,8 @@ static void flush(conn *c)
 		h2o_iovec_t v = h2o_iovec_init(c->iw.data + c->iw.off, c->iw.len - c->iw.off);
 		h2o_socket_write(c->inner, &v, 1, on_inner_write);
 	}
-	if (c->client && c->cw.len == 0 && down->len > down->off) {
+	bool hold = c->mode == M_H1 && c->h1_state == H1_UPGRADE;
+	if (c->client && !hold && c->cw.len == 0 && down->len > down->off) {
 		sbx_h2g_buf t = c->cw;
 		c->cw = *down;
 		*down = t;
@@ -357,7 +365,7 @@ static void update_timers(conn *c)
 		hdr = sbx_h2g_header_pending(c->g);
 		idle = !hdr && sbx_h2g_open_streams(c->g) == 0;
 	} else {
-		hdr = c->mode == M_DETECT || !c->h1_head_done;
+		hdr = c->mode == M_DETECT || c->h1_state == H1_HEAD;
 		idle = false;
 	}
 	if (hdr && !h2o_timeout_is_linked(&c->hdr_entry))
@@ -412,40 +420,152 @@ static void h1_answer_503(conn *c)
 	BUMP(F.rejected503);
 }
 
-/* The first request head: once complete, its Content-Length against the
- * server-wide body budget (reserved until the connection closes). */
-static int h1_head(conn *c)
+/* "\nupgrade:" in any case, across reads: h2o 2.2 switches to HTTP/2 on
+ * any request's Upgrade: h2c, and what follows must not pass unguarded.
+ * (A body holding such a line closes the connection too: fail closed.) */
+static bool h1_upgrade_line(conn *c, const uint8_t *d, size_t n)
 {
-	const uint8_t *d = c->h1_up.data + c->h1_up.off;
-	size_t n = c->h1_up.len - c->h1_up.off, end = 0;
+	static const char pat[] = "\nupgrade:";
+	for (size_t i = 0; i < n; i++) {
+		char b = (char)tolower(d[i]);
+		if (b == pat[c->h1_match]) {
+			if (++c->h1_match == sizeof(pat) - 1)
+				return true;
+		} else {
+			c->h1_match = b == '\n';
+		}
+	}
+	return false;
+}
 
-	for (size_t i = c->h1_scanned; i + 4 <= n; i++)
-		if (!memcmp(d + i, "\r\n\r\n", 4)) {
+/* The value of header name in the head h (len bytes), or NULL. */
+static const char *h1_header(const uint8_t *h, size_t len, const char *name, size_t *vlen)
+{
+	size_t nl = strlen(name);
+	for (size_t i = 0; i + nl + 1 < len; i++) {
+		if (h[i] != '\n' || strncasecmp((const char *)h + i + 1, name, nl) != 0 ||
+		    h[i + 1 + nl] != ':')
+			continue;
+		size_t v = i + 2 + nl, e = v;
+		while (v < len && (h[v] == ' ' || h[v] == '\t'))
+			v++;
+		for (e = v; e < len && h[e] != '\r' && h[e] != '\n'; e++)
+			;
+		*vlen = e - v;
+		return (const char *)h + v;
+	}
+	return NULL;
+}
+
+/* Client bytes of an HTTP/1.1 connection: 0, 1 (answered 503: close
+ * after it), -1 (close now: a head too large, an upgrade we would not
+ * see, too much held). */
+static int h1_from_client(conn *c, const uint8_t *d, size_t n)
+{
+	if (c->h1_state == H1_PIPE) {
+		if (h1_upgrade_line(c, d, n))
+			return -1;
+		sbx_h2g_buf_put(&c->h1_up, d, n);
+		return 0;
+	}
+	sbx_h2g_buf_put(&c->h1_hold, d, n);
+	if (c->h1_state == H1_UPGRADE)
+		return c->h1_hold.len - c->h1_hold.off > CAP ? -1 : 0;
+	/* H1_HEAD: the first request head, whole, before h2o sees it */
+	const uint8_t *h = c->h1_hold.data + c->h1_hold.off;
+	size_t len = c->h1_hold.len - c->h1_hold.off, end = 0, vl = 0;
+	for (size_t i = c->h1_scanned; i + 4 <= len; i++)
+		if (!memcmp(h + i, "\r\n\r\n", 4)) {
 			end = i + 4;
 			break;
 		}
 	if (!end) {
-		c->h1_scanned = n > 3 ? n - 3 : 0;
-		return n > H1_HEAD_MAX ? -1 : 0;
+		c->h1_scanned = len > 3 ? len - 3 : 0;
+		return len > H1_HEAD_MAX ? -1 : 0;
 	}
 	c->h1_head_done = true;
-	for (size_t i = 0; i + 16 < end; i++) {
-		if ((i == 0 || d[i - 1] == '\n') &&
-		    !strncasecmp((const char *)d + i, "content-length:", 15)) {
-			uint64_t cl = strtoull((const char *)d + i + 15, NULL, 10);
-			const sbx_h2g_limits *l = &sbx_front_o.lim;
-			if (cl > l->max_body) /* h2o's 413 */
-				break;
+	/* its Content-Length against the server-wide body budget (reserved
+	 * until the connection closes); over --max-body stays h2o's 413 */
+	const char *v = h1_header(h, end, "content-length", &vl);
+	if (v) {
+		uint64_t cl = strtoull(v, NULL, 10);
+		const sbx_h2g_limits *l = &sbx_front_o.lim;
+		if (cl <= l->max_body) {
 			if (F.held_total + cl > l->body_total || cl > l->body_conn) {
 				h1_answer_503(c);
 				return 1;
 			}
 			c->h1_reserved = cl;
 			F.held_total += cl;
-			break;
 		}
 	}
+	v = h1_header(h, end, "upgrade", &vl);
+	sbx_h2g_buf_put(&c->h1_up, h, end);
+	sbx_h2g_buf_consume(&c->h1_hold, end);
+	if (v && vl >= 3 && !strncasecmp(v, "h2c", 3)) {
+		/* hold what follows until h2o answers: 101 puts it under the guard */
+		c->h1_state = H1_UPGRADE;
+		return 0;
+	}
+	c->h1_state = H1_PIPE;
+	h = c->h1_hold.data + c->h1_hold.off;
+	len = c->h1_hold.len - c->h1_hold.off;
+	if (len > 0 && h1_upgrade_line(c, h, len))
+		return -1;
+	sbx_h2g_buf_put(&c->h1_up, h, len);
+	sbx_h2g_buf_free(&c->h1_hold);
 	return 0;
+}
+
+static int new_guard(conn *c);
+static void guard_counts(conn *c);
+
+/* h2o's bytes while an Upgrade: h2c waits: once its answer's head is in,
+ * 101 makes this an HTTP/2 connection under the guard (h2o's frames after
+ * the head, the client's held bytes: its preface and frames); anything
+ * else, a pipe again.  Returns SBX_H2G_OK, or CLOSE. */
+static int h1_upgrade_answer(conn *c)
+{
+	const uint8_t *d = c->h1_down.data + c->h1_down.off;
+	size_t len = c->h1_down.len - c->h1_down.off, end = 0;
+
+	for (size_t i = 0; i + 4 <= len; i++)
+		if (!memcmp(d + i, "\r\n\r\n", 4)) {
+			end = i + 4;
+			break;
+		}
+	if (!end)
+		return len > H1_HEAD_MAX ? SBX_H2G_CLOSE : SBX_H2G_OK;
+	if (len < 12 || memcmp(d, "HTTP/1.1 101", 12) != 0) {
+		c->h1_state = H1_PIPE;
+		const uint8_t *h = c->h1_hold.data + c->h1_hold.off;
+		size_t hl = c->h1_hold.len - c->h1_hold.off;
+		if (hl > 0 && h1_upgrade_line(c, h, hl))
+			return SBX_H2G_CLOSE;
+		sbx_h2g_buf_put(&c->h1_up, h, hl);
+		sbx_h2g_buf_free(&c->h1_hold);
+		return SBX_H2G_OK;
+	}
+	if (new_guard(c) != 0)
+		return SBX_H2G_CLOSE;
+	sbx_h2g_upgraded(c->g);
+	/* in order: the 101, then what the guard relays and says */
+	sbx_h2g_buf_put(sbx_h2g_to_client(c->g), d, end);
+	sbx_h2g_buf_put(sbx_h2g_to_h2o(c->g), c->h1_up.data + c->h1_up.off,
+			c->h1_up.len - c->h1_up.off);
+	c->mode = M_H2;
+	uint64_t now = sbx_srv_now_ms();
+	int rv = sbx_h2g_from_server(c->g, d + end, len - end, now);
+	if (rv == SBX_H2G_OK && c->h1_hold.len > c->h1_hold.off)
+		rv = sbx_h2g_from_client(c->g, c->h1_hold.data + c->h1_hold.off,
+					 c->h1_hold.len - c->h1_hold.off, now);
+	if (rv == SBX_H2G_NOT_H2)
+		sbx_h2g_goaway(c->g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL, "preface");
+	guard_counts(c);
+	sbx_h2g_buf_free(&c->h1_up);
+	sbx_h2g_buf_free(&c->h1_down);
+	sbx_h2g_buf_free(&c->h1_hold);
+	return rv == SBX_H2G_OK ? SBX_H2G_OK : SBX_H2G_CLOSE;
 }
 
 /* ---- reading ---- */
@@ -459,6 +579,24 @@ static void taken(h2o_socket_t *sock)
 		sock->input->bytes = sock->input->_buf;
 		sock->input->size = 0;
 	}
+}
+
+static int new_guard(conn *c)
+{
+	sbx_h2g_hooks hooks = {on_check, on_body, c};
+	sbx_front_o.lim.held_total = &F.held_total;
+	c->g = sbx_h2g_new(&sbx_front_o.lim, &hooks);
+	return c->g ? 0 : -1;
+}
+
+static void guard_counts(conn *c)
+{
+	uint64_t a, b;
+	sbx_h2g_rejected(c->g, &a, &b);
+	ADD(F.rejected401, a - c->seen401);
+	ADD(F.rejected503, b - c->seen503);
+	c->seen401 = a;
+	c->seen503 = b;
 }
 
 static void on_client_read(h2o_socket_t *sock, const char *err)
@@ -477,41 +615,32 @@ static void on_client_read(h2o_socket_t *sock, const char *err)
 		if (m == 0)
 			return;
 		c->mode = m > 0 ? M_H2 : M_H1;
-		if (c->mode == M_H2) {
-			sbx_h2g_hooks hooks = {on_check, on_body, c};
-			sbx_front_o.lim.held_total = &F.held_total;
-			c->g = sbx_h2g_new(&sbx_front_o.lim, &hooks);
-			if (!c->g) {
-				close_all(c);
-				return;
-			}
+		if (c->mode == M_H2 && new_guard(c) != 0) {
+			close_all(c);
+			return;
 		}
 	}
 	if (c->mode == M_H2) {
 		int rv = sbx_h2g_from_client(c->g, d, n, c->last_ms);
 		taken(sock);
-		uint64_t a, b;
-		sbx_h2g_rejected(c->g, &a, &b);
-		ADD(F.rejected401, a - c->seen401);
-		ADD(F.rejected503, b - c->seen503);
-		c->seen401 = a;
-		c->seen503 = b;
+		guard_counts(c);
 		if (rv != SBX_H2G_OK) {
 			guard_closed(c);
 			return;
 		}
 	} else {
-		sbx_h2g_buf_put(&c->h1_up, d, n);
+		int rv = h1_from_client(c, d, n);
 		taken(sock);
-		if (!c->h1_head_done) {
-			int rv = h1_head(c);
-			if (rv != 0) {
-				if (rv < 0)
-					BUMP(F.goaway[SBX_H2G_R_HEADER_LIST]);
-				c->h1_up.off = c->h1_up.len = 0;
-				begin_close(c);
-				return;
+		if (rv != 0) {
+			if (rv < 0) {
+				BUMP(F.goaway[SBX_H2G_R_PROTOCOL]);
+				sbx_srv_log(SRV_LOG_WARN, "event=guard_close peer=%s reason=http1",
+					    c->peer);
+				c->h1_down.off = c->h1_down.len = 0;
 			}
+			c->h1_up.off = c->h1_up.len = 0;
+			begin_close(c);
+			return;
 		}
 	}
 	update_timers(c);
@@ -535,6 +664,13 @@ static void on_inner_read(h2o_socket_t *sock, const char *err)
 		} else {
 			sbx_h2g_buf_put(&c->h1_down, sock->input->bytes, sock->input->size);
 			taken(sock);
+			if (c->h1_state == H1_UPGRADE && h1_upgrade_answer(c) != SBX_H2G_OK) {
+				if (c->g)
+					guard_closed(c);
+				else
+					begin_close(c);
+				return;
+			}
 		}
 	}
 	if (err) {

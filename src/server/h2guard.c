@@ -683,6 +683,11 @@ void sbx_h2g_free(sbx_h2g *g)
 	free(g);
 }
 
+void sbx_h2g_upgraded(sbx_h2g *g)
+{
+	g->last_id = 1;
+}
+
 sbx_h2g_buf *sbx_h2g_to_h2o(sbx_h2g *g)
 {
 	return &g->to_h2o;

@@ -124,6 +124,10 @@ void sbx_h2g_rejected(const sbx_h2g *g, uint64_t *n401, uint64_t *n503);
  * yet known (a prefix of it), -1 no (HTTP/1.x). */
 int sbx_h2g_preface_match(const uint8_t *p, size_t n);
 
+/* The connection came from an HTTP/1.1 Upgrade: h2c: stream 1 is the
+ * upgraded request, h2o's to answer. */
+void sbx_h2g_upgraded(sbx_h2g *g);
+
 /* Buffer helpers (also used by the front). */
 int sbx_h2g_buf_put(sbx_h2g_buf *b, const void *p, size_t n);
 void sbx_h2g_buf_consume(sbx_h2g_buf *b, size_t n);

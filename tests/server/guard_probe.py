@@ -20,6 +20,12 @@ SCENARIO:
             answer (at most 1 MiB): status, retry-after, bytes sent.
   ping      ARG PINGs back to back (default 1000): GOAWAY code and how
             long after the last ping the connection closed.
+  upgrade-ping   (http:// only) GET /healthz with Upgrade: h2c; after the
+            101, the preface and ARG PINGs: the status line, the GOAWAY
+            code (null: none) and whether the connection closed.
+  late-upgrade   (http:// only) a plain GET /healthz, then on the same
+            connection a second one with Upgrade: h2c and a preface:
+            the first status line, and what came back for the second.
 """
 import json
 import socket
@@ -129,9 +135,73 @@ class Client:
         return sent
 
 
+UPGRADE = (b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+           b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n")
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def read_all(s, seconds):
+    """Bytes until EOF or seconds; (bytes, closed)."""
+    end = time.monotonic() + seconds
+    out = b""
+    while time.monotonic() < end:
+        s.settimeout(max(0.01, end - time.monotonic()))
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            return out, False
+        except ConnectionError:
+            return out, True
+        if not d:
+            return out, True
+        out += d
+    return out, False
+
+
+def goaway_code(data):
+    """The error code of the first GOAWAY among the HTTP/2 frames in data."""
+    i = 0
+    while i + 9 <= len(data):
+        n = int.from_bytes(data[i:i + 3], "big")
+        if data[i + 3] == 7 and i + 17 <= len(data):
+            return int.from_bytes(data[i + 13:i + 17], "big")
+        i += 9 + n
+    return None
+
+
+def raw(url, scenario, arg, out):
+    s, _ = connect(url)
+    if scenario == "upgrade-ping":
+        s.sendall(UPGRADE)
+        head, _ = read_all(s, 0.5)
+        out["status"] = head.split(b"\r\n", 1)[0].decode()
+        frames = hyperframe.frame.SettingsFrame(0).serialize()
+        frames += b"".join(hyperframe.frame.PingFrame(0, opaque_data=i.to_bytes(8, "big")).serialize()
+                           for i in range(int(arg or 1000)))
+        try:
+            s.sendall(PREFACE + frames)
+        except OSError:
+            pass
+        rest, closed = read_all(s, 3.0)
+        data = (head + rest).split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in head + rest else b""
+        out["goaway"] = goaway_code(data)
+        out["closed"] = closed
+    elif scenario == "late-upgrade":
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        first, _ = read_all(s, 0.5)
+        out["first"] = first.split(b"\r\n", 1)[0].decode()
+        s.sendall(UPGRADE + PREFACE)
+        second, closed = read_all(s, 3.0)
+        out["second"] = second.decode(errors="replace")
+        out["closed"] = closed
+    print(json.dumps(out))
+
+
 def main():
     url, token, scenario = sys.argv[1], sys.argv[2], sys.argv[3]
     arg = sys.argv[4] if len(sys.argv) > 4 else None
+    if scenario in ("upgrade-ping", "late-upgrade"):
+        return raw(url, scenario, arg, {"scenario": scenario})
     c = Client(url)
     out = {"scenario": scenario}
     if scenario == "early":

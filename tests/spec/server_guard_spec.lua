@@ -16,13 +16,14 @@ local runnable = H.available() and T.has_core() and H.have("curl") and have_h2
 local describe_srv = runnable and describe
   or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl, python3-h2)") end
 
--- The probe's JSON line as a table (flat: strings, numbers, null).
+-- The probe's JSON line as a table (flat: strings, numbers, booleans, null).
 local function probe(url, token, scenario, arg)
   local out = H.sh(("%s %s %s %s %s %s 2>&1"):format(PY, PROBE, H.q(url), H.q(token), scenario,
     arg and H.q(arg) or ""))
   local r = { raw = out }
   for k, v in out:gmatch('"([%w_]+)": ([^,}]+)') do
     if v == "null" then r[k] = nil
+    elseif v == "true" or v == "false" then r[k] = v == "true"
     elseif v:match('^"') then r[k] = v:sub(2, -2)
     else r[k] = tonumber(v) end
   end
@@ -99,6 +100,27 @@ describe_srv("sbxd's front guard", function()
     assert.equal("ok\n", out)
     out = H.sh(("curl -s --http1.1 -o /dev/null -w '%%{http_code}' %s/v1/sessions"):format(srv.url))
     assert.equal("401", out)
+  end)
+
+  it("an HTTP/1.1 Upgrade: h2c comes under the guard; a later one closes the connection", function()
+    local r = probe(srv.url, "-", "upgrade-ping", "1000")
+    assert.equal("HTTP/1.1 101 Switching Protocols", r.status, r.raw)
+    assert.equal(11, r.goaway, r.raw)
+    assert.is_true(r.closed, r.raw)
+    r = probe(srv.url, "-", "upgrade-ping", "20")
+    assert.equal("HTTP/1.1 101 Switching Protocols", r.status, r.raw)
+    assert.is_nil(r.goaway, r.raw)   -- control: the probe saw no GOAWAY where there was none
+    -- h2o 2.2 would upgrade any request of a kept HTTP/1.1 connection:
+    -- past the first, the front closes instead of letting frames by unseen
+    r = probe(srv.url, "-", "late-upgrade")
+    assert.equal("HTTP/1.1 200 OK", r.first, r.raw)
+    assert.equal("", r.second, r.raw)
+    assert.is_true(r.closed, r.raw)
+    assert.is_truthy(srv:log():find("reason=http1", 1, true))
+    -- the Lua client's way in (curl --http2 upgrades) still works
+    local out = H.sh(("curl -s -w ' %%{http_version}' --http2 -H %s %s/v1/sessions"):format(
+      H.q(srv:auth()), srv.url))
+    assert.matches(" 2$", out)
   end)
 
   it("cuts a preface that does not complete within --header-timeout-s", function()
