@@ -336,10 +336,13 @@ static void flush(conn *c)
 	if (c->closing)
 		return;
 	size_t upq = up->len - up->off, downq = down->len - down->off;
-	if (c->client && !c->client_paused && upq >= CAP) {
+	/* The client's input waits while h2o is backed up, and while the
+	 * client does not read what it made us say (401s, credits, relays). */
+	bool full = upq >= CAP || downq >= 2 * CAP;
+	if (c->client && !c->client_paused && full) {
 		h2o_socket_read_stop(c->client);
 		c->client_paused = true;
-	} else if (c->client && c->client_paused && upq < CAP) {
+	} else if (c->client && c->client_paused && !full) {
 		c->client_paused = false;
 		h2o_socket_read_start(c->client, on_client_read);
 	}
