@@ -92,7 +92,7 @@ elif ! make -s -C tests/fuzz OUT="$build/fuzz" >"$log/fuzz-build" 2>&1; then
 	broken+=("the fuzz targets did not build")
 	failed=$((failed + 1))
 else
-	for t in files codec match proxy; do
+	for t in files codec match proxy h2guard; do
 		scratch=$(mktemp -d "$log/fuzz-$t.XXXXXX")
 		if timeout -k 10 $((${SBX_FUZZ_SMOKE_SECONDS:-10} + 60)) "$build/fuzz/fuzz_$t" \
 			-rss_limit_mb=1024 -malloc_limit_mb=256 -max_len=4096 -timeout=10 -print_final_stats=1 \

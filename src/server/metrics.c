@@ -9,7 +9,7 @@
 
 #include <lauxlib.h>
 
-#include "server.h"
+#include "front.h"
 
 sbx_srv_metrics sbx_srv_m;
 
@@ -137,9 +137,13 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 	fprintf(f, "sbxd_policy_denials_total %.0f\n", denials);
 	fprintf(f, "# HELP sbxd_auth_failures_total Requests with a missing or wrong token.\n"
 		   "# TYPE sbxd_auth_failures_total counter\n");
-	fprintf(f, "sbxd_auth_failures_total %lu\n", (unsigned long)sbx_srv_m.auth_failures);
+	uint64_t front_answered, front_401;
+	sbx_front_counts(&front_answered, &front_401);
+	fprintf(f, "sbxd_auth_failures_total %lu\n",
+		(unsigned long)(sbx_srv_m.auth_failures + front_401));
 	fprintf(f, "# HELP sbxd_requests_total Requests.\n# TYPE sbxd_requests_total counter\n");
-	fprintf(f, "sbxd_requests_total %lu\n", (unsigned long)sbx_srv_m.requests);
+	fprintf(f, "sbxd_requests_total %lu\n",
+		(unsigned long)(sbx_srv_m.requests + front_answered));
 	fprintf(f,
 		"# HELP sbxd_streams_reset_before_start_total Run streams reset before their run started.\n"
 		"# TYPE sbxd_streams_reset_before_start_total counter\n");
@@ -149,6 +153,7 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.0f\n", proxy_metrics[i].metric,
 			proxy_metrics[i].help, proxy_metrics[i].metric, proxy_metrics[i].type,
 			proxy_metrics[i].metric, proxy[i]);
+	sbx_front_metrics(f);
 	fclose(f);
 	*len = size;
 	return buf;

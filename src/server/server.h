@@ -15,7 +15,10 @@
  * for is there), hooks.c (the policy worker thread), fileio.c (upload
  * writes on threads), codec.c (JSON/msgpack <-> Lua), stream.c (runs
  * streamed as events), auth.c (token file, constant-time compare),
- * metrics.c, log.c.
+ * metrics.c, log.c; front.c (every client connection, on its own thread:
+ * accept, TLS, budgets, the relay to h2o over a socketpair), front_opts.c
+ * (its flags), h2guard.c and h2guard_out.c (the HTTP/2 frame guard, a pure
+ * state machine).
  */
 #ifndef SBX_SERVER_H
 #define SBX_SERVER_H
@@ -70,7 +73,7 @@ typedef struct sbx_srv {
 	h2o_globalconf_t config;
 	h2o_context_t ctx;
 	h2o_accept_ctx_t accept_ctx;
-	h2o_socket_t *listener;
+	bool listening; /* the front (front.c) accepts on its own thread */
 	h2o_socket_t *sigsock;
 	h2o_socket_t *proxysock;     /* the allowlist proxy's epoll fd (sbx_proxy.h) */
 	struct sbx_srv_hooks *hooks; /* the policy worker (hooks.c) */
@@ -117,6 +120,8 @@ int sbx_srv_decode(lua_State *L, sbx_srv_fmt fmt, const char *data, size_t len, 
 		   size_t whylen);
 /* Encode the Lua value at idx; returns a malloc'd buffer (caller frees) or NULL. */
 char *sbx_srv_encode(lua_State *L, int idx, sbx_srv_fmt fmt, size_t *len);
+/* The {kind, message} error body; malloc'd (caller frees) or NULL. */
+char *sbx_srv_error_body(sbx_srv_fmt fmt, const char *kind, const char *msg, size_t *len);
 /* Push the Lua registry's codec helpers (lua functions srv.bin etc.); none yet. */
 
 /* ---- listen.c ---- */
