@@ -497,3 +497,31 @@ char *sbx_srv_encode(lua_State *L, int idx, sbx_srv_fmt fmt, size_t *len)
 	*len = sb.size;
 	return sb.data; /* malloc'd by sbuffer */
 }
+
+/* The {kind, message} error body, without Lua: handler.c's answers and the
+ * front's own (401/503 answered before h2o sees the request) share it. */
+char *sbx_srv_error_body(sbx_srv_fmt fmt, const char *kind, const char *msg, size_t *len)
+{
+	if (fmt == SRV_FMT_MSGPACK) {
+		msgpack_sbuffer sb;
+		msgpack_packer pk;
+		msgpack_sbuffer_init(&sb);
+		msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+		msgpack_pack_map(&pk, 2);
+		msgpack_pack_str(&pk, 4);
+		msgpack_pack_str_body(&pk, "kind", 4);
+		msgpack_pack_str(&pk, strlen(kind));
+		msgpack_pack_str_body(&pk, kind, strlen(kind));
+		msgpack_pack_str(&pk, 7);
+		msgpack_pack_str_body(&pk, "message", 7);
+		msgpack_pack_str(&pk, strlen(msg));
+		msgpack_pack_str_body(&pk, msg, strlen(msg));
+		*len = sb.size;
+		return sb.data; /* malloc'd by msgpack_sbuffer */
+	}
+	json_t *o = json_pack("{s:s, s:s}", "kind", kind, "message", msg);
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	*len = s ? strlen(s) : 0;
+	return s;
+}

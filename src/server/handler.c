@@ -88,17 +88,9 @@ static void count_status(int status)
 void sbx_srv_send_error(h2o_req_t *req, int status, const char *kind, const char *msg,
 			sbx_srv_fmt fmt)
 {
-	lua_State *L = sbx_srv_g->L;
-	size_t len;
-	char *body;
+	size_t len = 0;
+	char *body = sbx_srv_error_body(fmt, kind, msg, &len);
 
-	lua_createtable(L, 0, 2);
-	lua_pushstring(L, kind);
-	lua_setfield(L, -2, "kind");
-	lua_pushstring(L, msg);
-	lua_setfield(L, -2, "message");
-	body = sbx_srv_encode(L, -1, fmt, &len);
-	lua_pop(L, 1);
 	count_status(status);
 	set_ctype(req, fmt);
 	if (status == 401)
@@ -297,8 +289,9 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	lua_setfield(L, -2, "format");
 	if (S->unix_path) {
 		lua_pushfstring(L, "unix:%s", S->unix_path);
-	} else if (req->scheme && req->authority.len > 0 && req->authority.len < 256) {
-		lua_pushlstring(L, req->scheme->name.base, req->scheme->name.len);
+	} else if (req->authority.len > 0 && req->authority.len < 256) {
+		/* h2o sees the front's plaintext socketpair: the scheme is the listener's. */
+		lua_pushstring(L, S->tls_cert ? "https" : "http");
 		lua_pushliteral(L, "://");
 		lua_pushlstring(L, req->authority.base, req->authority.len);
 		lua_concat(L, 3);

@@ -1,7 +1,7 @@
 /*
  * listen.c: the listening socket (TCP "HOST:PORT", IPv4 or "[v6]:PORT",
  * or "unix:/path"), TLS with ALPN h2 and http/1.1 when given a
- * certificate, and accepting connections onto the evloop.  Plain TCP
+ * certificate; accepted connections go to the front (front.c).  Plain TCP
  * (h2c with prior knowledge, or HTTP/1.1) is refused on a non-loopback
  * address unless --insecure.
  */
@@ -19,23 +19,9 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "server.h"
+#include "front.h"
 
 static const h2o_iovec_t alpn_protos[] = {{H2O_STRLIT("h2")}, {H2O_STRLIT("http/1.1")}, {NULL, 0}};
-
-static void on_accept(h2o_socket_t *listener, const char *err)
-{
-	sbx_srv *S = listener->data;
-	h2o_socket_t *sock;
-
-	if (err)
-		return;
-	for (int i = 0; i < 64; i++) {
-		if ((sock = h2o_evloop_socket_accept(listener)) == NULL)
-			return;
-		h2o_accept(&S->accept_ctx, sock);
-	}
-}
 
 static int parse_inet(const char *spec, struct sockaddr_storage *ss, socklen_t *len, bool *loopback,
 		      sbx_err *err)
@@ -91,7 +77,7 @@ static int parse_inet(const char *spec, struct sockaddr_storage *ss, socklen_t *
 	return 0;
 }
 
-static int setup_tls(sbx_srv *S, sbx_err *err)
+static int setup_tls(sbx_srv *S, SSL_CTX **out, sbx_err *err)
 {
 	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
 
@@ -113,18 +99,20 @@ static int setup_tls(sbx_srv *S, sbx_err *err)
 			S->tls_key);
 	}
 	h2o_ssl_register_alpn_protocols(ctx, alpn_protos);
-	S->accept_ctx.ssl_ctx = ctx;
+	/* The front does the handshake; h2o only ever sees plaintext. */
+	*out = ctx;
 	return 0;
 }
 
 int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 {
 	int fd = -1, one = 1;
+	SSL_CTX *tls = NULL;
 
 	if ((S->tls_cert == NULL) != (S->tls_key == NULL))
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "--tls-cert and --tls-key go together");
-	if (S->tls_cert && setup_tls(S, err) != 0)
+	if (S->tls_cert && setup_tls(S, &tls, err) != 0)
 		return -1;
 	if (!strncmp(S->listen, "unix:", 5)) {
 		struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -202,9 +190,13 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 		}
 		fflush(stdout);
 	}
+	if (sbx_front_start(S, tls, err) != 0) {
+		close(fd);
+		return -1;
+	}
 	S->listener = h2o_evloop_socket_create(S->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
 	S->listener->data = S;
-	h2o_socket_read_start(S->listener, on_accept);
+	h2o_socket_read_start(S->listener, sbx_front_on_accept);
 	return 0;
 }
 

@@ -30,6 +30,7 @@
 #include <lualib.h>
 
 #include "paths.h"
+#include "front.h"
 #include "server.h"
 
 
@@ -44,6 +45,7 @@ static void usage(FILE *f)
 		   "            [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]\n"
 		   "            [--max-body BYTES (8 MiB)] [--drain-grace-ms MS]\n"
 		   "            [--idle-timeout-s S] [--admin-tenant NAME] [--warm-runs N]\n");
+	fputs(sbx_front_usage, f);
 }
 
 /* sbx.paths and lua/ on package.path as sbxlua has them; sbx.core preloaded. */
@@ -265,15 +267,34 @@ int main(int argc, char **argv)
 		{"idle-timeout-s", required_argument, 0, 'I'},
 		{"admin-tenant", required_argument, 0, 'A'},
 		{"warm-runs", required_argument, 0, 'W'},
+		/* the front's budgets (front.c) */
+		{"max-header-list", required_argument, 0, 'F'},
+		{"max-header-fields", required_argument, 0, 'F'},
+		{"max-continuations", required_argument, 0, 'F'},
+		{"rate-rst", required_argument, 0, 'F'},
+		{"rate-empty", required_argument, 0, 'F'},
+		{"rate-continuation", required_argument, 0, 'F'},
+		{"rate-ping", required_argument, 0, 'F'},
+		{"rate-settings", required_argument, 0, 'F'},
+		{"rate-priority", required_argument, 0, 'F'},
+		{"rate-window-update", required_argument, 0, 'F'},
+		{"rate-streams", required_argument, 0, 'F'},
+		{"body-budget-conn", required_argument, 0, 'F'},
+		{"body-budget-total", required_argument, 0, 'F'},
+		{"max-conns", required_argument, 0, 'F'},
+		{"max-conns-per-addr", required_argument, 0, 'F'},
+		{"header-timeout-s", required_argument, 0, 'F'},
+		{"conn-idle-timeout-s", required_argument, 0, 'F'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};
 	static sbx_srv S;
 	sbx_err err = {0};
 	bool bad = false;
-	int c;
+	int c, idx = 0;
 
 	sbx_srv_g = &S;
+	sbx_front_defaults(&sbx_front_o);
 	S.log_level = SRV_LOG_INFO;
 	S.max_sessions = 16;
 	S.max_runs = 64;
@@ -283,8 +304,11 @@ int main(int argc, char **argv)
 	S.drain_grace_ms = 10000;
 	S.idle_timeout_s = 3600;
 	S.handle_ref = S.tick_ref = S.stats_ref = S.shutdown_ref = S.reload_ref = LUA_NOREF;
-	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
 		switch (c) {
+		case 'F':
+			sbx_front_flag(longopts[idx].name, optarg, &bad);
+			break;
 		case 'l':
 			S.listen = optarg;
 			break;
@@ -371,6 +395,9 @@ int main(int argc, char **argv)
 
 	h2o_config_init(&S.config);
 	S.config.max_request_entity_size = S.max_body;
+	/* The front closes idle connections (and counts it); h2o's own idle
+	 * timeout, the same, still bounds a stream the client leaves hanging. */
+	S.config.http2.idle_timeout = (uint64_t)sbx_front_o.idle_timeout_s * 1000;
 	h2o_hostconf_t *host =
 		h2o_config_register_host(&S.config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
 	h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);

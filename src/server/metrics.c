@@ -9,7 +9,7 @@
 
 #include <lauxlib.h>
 
-#include "server.h"
+#include "front.h"
 
 sbx_srv_metrics sbx_srv_m;
 
@@ -149,6 +149,7 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 		fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %.0f\n", proxy_metrics[i].metric,
 			proxy_metrics[i].help, proxy_metrics[i].metric, proxy_metrics[i].type,
 			proxy_metrics[i].metric, proxy[i]);
+	sbx_front_metrics(f);
 	fclose(f);
 	*len = size;
 	return buf;

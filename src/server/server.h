@@ -111,6 +111,8 @@ int sbx_srv_decode(lua_State *L, sbx_srv_fmt fmt, const char *data, size_t len, 
 		   size_t whylen);
 /* Encode the Lua value at idx; returns a malloc'd buffer (caller frees) or NULL. */
 char *sbx_srv_encode(lua_State *L, int idx, sbx_srv_fmt fmt, size_t *len);
+/* The {kind, message} error body; malloc'd (caller frees) or NULL. */
+char *sbx_srv_error_body(sbx_srv_fmt fmt, const char *kind, const char *msg, size_t *len);
 /* Push the Lua registry's codec helpers (lua functions srv.bin etc.); none yet. */
 
 /* ---- listen.c ---- */

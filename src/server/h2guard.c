@@ -1,0 +1,940 @@
+/*
+ * h2guard.c: the frame guard (h2guard.h).  Client frames are assembled
+ * whole (at most 16384 + 9 bytes: the frame size h2o advertises), checked
+ * and forwarded; header blocks are held until complete, decoded on the way
+ * with nghttp2's HPACK inflater (kept in step with h2o's decoder: every
+ * block the guard decodes reaches h2o unchanged, in order), and only then
+ * forwarded or answered here.  h2o's frames are relayed whole, so the
+ * guard's own frames always land between them, never inside a
+ * HEADERS+CONTINUATION run.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "h2guard.h"
+
+const char *const sbx_h2g_reason_names[SBX_H2G_R_COUNT] = {
+	"none",		 "protocol",	   "compression",   "header_list",	 "header_fields",
+	"continuations", "rst_stream",	   "empty_frames",  "continuation_rate", "ping",
+	"settings",	 "priority",	   "window_update", "stream_rate",	 "concurrency",
+	"server",	 "header_timeout", "idle_timeout",  "evicted",
+};
+
+enum {
+	F_DATA = 0,
+	F_HEADERS = 1,
+	F_PRIORITY = 2,
+	F_RST = 3,
+	F_SETTINGS = 4,
+	F_PUSH = 5,
+	F_PING = 6,
+	F_GOAWAY = 7,
+	F_WINDOW_UPDATE = 8,
+	F_CONTINUATION = 9,
+};
+enum { FL_END_STREAM = 0x1, FL_ACK = 0x1, FL_END_HEADERS = 0x4, FL_PADDED = 0x8, FL_PRIO = 0x20 };
+
+#define FRAME_MAX 16384u /* what h2o advertises and the guard enforces */
+#define SERVER_FRAME_MAX (1u << 20)
+#define SERVER_RUN_MAX (256u * 1024)
+#define MAX_STREAMS 256 /* h2o allows 100 concurrent; far past that is abuse */
+#define MAX_SETTINGS 32 /* entries in one SETTINGS frame (nghttp2's default) */
+#define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+#define PREFACE_LEN 24
+
+typedef struct bucket {
+	double tokens;
+	uint64_t last_ms;
+	bool started;
+} bucket;
+
+typedef struct stream {
+	uint32_t id;
+	uint64_t held;
+	bool client_closed, server_closed, server_headers, msgpack;
+} stream;
+
+struct sbx_h2g {
+	sbx_h2g_limits lim;
+	sbx_h2g_hooks hooks;
+	nghttp2_hd_inflater *inf;
+	sbx_h2g_buf to_h2o, to_client;
+	sbx_h2g_buf cin, sin; /* partial frames from the client, from h2o */
+	sbx_h2g_buf srun;     /* h2o's HEADERS+CONTINUATION run in progress */
+	sbx_h2g_buf early;    /* the guard's frames before h2o's SETTINGS went out */
+	size_t preface_got;
+	bool closed, server_settings_seen;
+	sbx_h2g_reason reason;
+	uint32_t code;
+	uint32_t last_id; /* highest client stream id seen */
+
+	/* the request header block in progress */
+	bool hb_active, hb_end_stream;
+	uint32_t hb_id, hb_conts, hb_fields;
+	uint64_t hb_decoded;
+	sbx_h2g_buf hb_raw;
+	char path[256], method[16], auth[1024], accept[128];
+	size_t path_len, method_len, auth_len, accept_len;
+	bool path_long, auth_long;
+	int64_t content_length;
+
+	bucket b_rst, b_empty, b_cont, b_ping, b_settings, b_prio, b_wu, b_streams;
+	stream *streams;
+	size_t n_streams, cap_streams;
+	uint32_t wu_credit; /* WINDOW_UPDATEs earned by DATA h2o sent */
+	uint64_t held;
+	uint64_t n401, n503;
+};
+
+/* ---- buffers ---- */
+
+int sbx_h2g_buf_put(sbx_h2g_buf *b, const void *p, size_t n)
+{
+	if (n == 0)
+		return 0;
+	if (b->off > 0 && b->len + n > b->cap) {
+		memmove(b->data, b->data + b->off, b->len - b->off);
+		b->len -= b->off;
+		b->off = 0;
+	}
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + n)
+			cap *= 2;
+		uint8_t *d = realloc(b->data, cap);
+		if (!d)
+			return -1;
+		b->data = d;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+void sbx_h2g_buf_consume(sbx_h2g_buf *b, size_t n)
+{
+	b->off += n;
+	if (b->off >= b->len)
+		b->off = b->len = 0;
+}
+
+void sbx_h2g_buf_free(sbx_h2g_buf *b)
+{
+	free(b->data);
+	memset(b, 0, sizeof(*b));
+}
+
+static size_t buf_avail(const sbx_h2g_buf *b)
+{
+	return b->len - b->off;
+}
+
+/* ---- frames out ---- */
+
+/* Where the guard's own frames go: after h2o's first SETTINGS (the
+ * server's connection preface must come first), between h2o's frames. */
+static sbx_h2g_buf *inj(sbx_h2g *g)
+{
+	return g->server_settings_seen ? &g->to_client : &g->early;
+}
+
+static void put_frame_head(sbx_h2g_buf *b, uint32_t len, uint8_t type, uint8_t flags, uint32_t id)
+{
+	uint8_t h[9] = {(uint8_t)(len >> 16),
+			(uint8_t)(len >> 8),
+			(uint8_t)len,
+			type,
+			flags,
+			(uint8_t)(id >> 24 & 0x7f),
+			(uint8_t)(id >> 16),
+			(uint8_t)(id >> 8),
+			(uint8_t)id};
+	sbx_h2g_buf_put(b, h, sizeof(h));
+}
+
+static void put_u32_frame(sbx_h2g_buf *b, uint8_t type, uint32_t id, uint32_t v)
+{
+	uint8_t p[4] = {(uint8_t)(v >> 24), (uint8_t)(v >> 16), (uint8_t)(v >> 8), (uint8_t)v};
+	put_frame_head(b, 4, type, 0, id);
+	sbx_h2g_buf_put(b, p, 4);
+}
+
+static void credit_window(sbx_h2g *g, uint32_t n)
+{
+	/* DATA the guard discarded still used the client's connection window. */
+	if (n > 0)
+		put_u32_frame(inj(g), F_WINDOW_UPDATE, 0, n);
+}
+
+void sbx_h2g_goaway(sbx_h2g *g, uint32_t code, sbx_h2g_reason why, const char *debug)
+{
+	size_t dl = debug ? strlen(debug) : 0;
+	uint8_t p[8] = {(uint8_t)(g->last_id >> 24 & 0x7f),
+			(uint8_t)(g->last_id >> 16),
+			(uint8_t)(g->last_id >> 8),
+			(uint8_t)g->last_id,
+			(uint8_t)(code >> 24),
+			(uint8_t)(code >> 16),
+			(uint8_t)(code >> 8),
+			(uint8_t)code};
+
+	if (g->closed)
+		return;
+	g->closed = true;
+	g->reason = why;
+	g->code = code;
+	if (!g->server_settings_seen) {
+		/* h2o has not spoken yet: an empty SETTINGS is our preface */
+		g->server_settings_seen = true;
+		put_frame_head(&g->to_client, 0, F_SETTINGS, 0, 0);
+		sbx_h2g_buf_put(&g->to_client, g->early.data + g->early.off, buf_avail(&g->early));
+	}
+	put_frame_head(&g->to_client, (uint32_t)(8 + dl), F_GOAWAY, 0, 0);
+	sbx_h2g_buf_put(&g->to_client, p, 8);
+	sbx_h2g_buf_put(&g->to_client, debug, dl);
+}
+
+static int fail(sbx_h2g *g, uint32_t code, sbx_h2g_reason why)
+{
+	sbx_h2g_goaway(g, code, why, sbx_h2g_reason_names[why]);
+	return SBX_H2G_CLOSE;
+}
+
+/* HPACK integer with an n-bit prefix (RFC 7541 5.1) after the pattern bits. */
+static void hpack_int(sbx_h2g_buf *b, uint8_t pattern, int nbits, size_t v)
+{
+	uint8_t out[8];
+	size_t n = 0, max = (1u << nbits) - 1;
+
+	if (v < max) {
+		out[n++] = (uint8_t)(pattern | v);
+	} else {
+		out[n++] = (uint8_t)(pattern | max);
+		v -= max;
+		while (v >= 128) {
+			out[n++] = (uint8_t)(v % 128 + 128);
+			v /= 128;
+		}
+		out[n++] = (uint8_t)v;
+	}
+	sbx_h2g_buf_put(b, out, n);
+}
+
+/* A field as a literal without indexing, name from the static table: the
+ * client's decoder table and h2o's encoder table stay as they were. */
+static void hpack_field(sbx_h2g_buf *b, size_t name_index, const char *v, size_t vl)
+{
+	hpack_int(b, 0x00, 4, name_index);
+	hpack_int(b, 0x00, 7, vl);
+	sbx_h2g_buf_put(b, v, vl);
+}
+
+/* Answer stream id with status and the front's error body, then (when the
+ * client is still sending) RST_STREAM(NO_ERROR) (RFC 9113 8.1). */
+static void answer(sbx_h2g *g, uint32_t id, int status, bool msgpack, bool client_done)
+{
+	char body[512], num[24], st[8];
+	const char *ctype = "application/json";
+	size_t bl = g->hooks.body ? g->hooks.body(g->hooks.ud, status, msgpack, body, sizeof(body),
+						  &ctype)
+				  : 0;
+	sbx_h2g_buf hb = {0}, *out = inj(g);
+
+	snprintf(st, sizeof(st), "%03d", status % 1000);
+	hpack_field(&hb, 8, st, 3);		    /* :status */
+	hpack_field(&hb, 31, ctype, strlen(ctype)); /* content-type */
+	int nl = snprintf(num, sizeof(num), "%zu", bl);
+	hpack_field(&hb, 28, num, (size_t)nl); /* content-length */
+	if (status == 401)
+		hpack_field(&hb, 61, "Bearer", 6); /* www-authenticate */
+	else if (status == 503)
+		hpack_field(&hb, 53, "1", 1); /* retry-after */
+	put_frame_head(out, (uint32_t)buf_avail(&hb), F_HEADERS, FL_END_HEADERS, id);
+	sbx_h2g_buf_put(out, hb.data + hb.off, buf_avail(&hb));
+	sbx_h2g_buf_free(&hb);
+	put_frame_head(out, (uint32_t)bl, F_DATA, FL_END_STREAM, id);
+	sbx_h2g_buf_put(out, body, bl);
+	if (!client_done)
+		put_u32_frame(out, F_RST, id, 0 /* NO_ERROR */);
+	if (status == 401)
+		g->n401++;
+	else
+		g->n503++;
+}
+
+/* ---- rates ---- */
+
+static bool take(bucket *b, const sbx_h2g_rate *r, uint64_t now)
+{
+	if (!b->started) {
+		b->started = true;
+		b->tokens = r->burst;
+		b->last_ms = now;
+	}
+	if (now > b->last_ms) {
+		b->tokens += (double)(now - b->last_ms) * r->rate / 1000.0;
+		if (b->tokens > r->burst)
+			b->tokens = r->burst;
+		b->last_ms = now;
+	}
+	if (b->tokens < 1.0)
+		return false;
+	b->tokens -= 1.0;
+	return true;
+}
+
+/* ---- streams ---- */
+
+static stream *find_stream(sbx_h2g *g, uint32_t id)
+{
+	for (size_t i = 0; i < g->n_streams; i++)
+		if (g->streams[i].id == id)
+			return &g->streams[i];
+	return NULL;
+}
+
+static void release(sbx_h2g *g, stream *s)
+{
+	g->held -= s->held;
+	if (g->lim.held_total)
+		*g->lim.held_total -= s->held;
+	s->held = 0;
+}
+
+static void drop_stream(sbx_h2g *g, stream *s)
+{
+	release(g, s);
+	*s = g->streams[--g->n_streams];
+}
+
+static stream *add_stream(sbx_h2g *g, uint32_t id)
+{
+	if (g->n_streams == g->cap_streams) {
+		size_t cap = g->cap_streams ? g->cap_streams * 2 : 8;
+		stream *n = realloc(g->streams, cap * sizeof(*n));
+		if (!n)
+			return NULL;
+		g->streams = n;
+		g->cap_streams = cap;
+	}
+	stream *s = &g->streams[g->n_streams++];
+	memset(s, 0, sizeof(*s));
+	s->id = id;
+	return s;
+}
+
+static void maybe_done(sbx_h2g *g, stream *s)
+{
+	if (s->client_closed && s->server_closed)
+		drop_stream(g, s);
+}
+
+/* ---- header blocks ---- */
+
+static void keep(char *dst, size_t cap, size_t *len, bool *is_long, const uint8_t *v, size_t vl)
+{
+	if (vl > cap) {
+		if (is_long)
+			*is_long = true;
+		vl = cap;
+	}
+	memcpy(dst, v, vl);
+	*len = vl;
+}
+
+static bool name_is(const nghttp2_nv *nv, const char *s)
+{
+	size_t n = strlen(s);
+	return nv->namelen == n && memcmp(nv->name, s, n) == 0;
+}
+
+static int on_field(sbx_h2g *g, const nghttp2_nv *nv)
+{
+	if (nv->namelen == 0)
+		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+	g->hb_decoded += nv->namelen + nv->valuelen + 32;
+	if (g->hb_decoded > g->lim.max_header_list)
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_HEADER_LIST);
+	if (++g->hb_fields > g->lim.max_header_fields)
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_HEADER_FIELDS);
+	if (name_is(nv, ":path"))
+		keep(g->path, sizeof(g->path), &g->path_len, &g->path_long, nv->value,
+		     nv->valuelen);
+	else if (name_is(nv, ":method"))
+		keep(g->method, sizeof(g->method), &g->method_len, NULL, nv->value, nv->valuelen);
+	else if (name_is(nv, "authorization"))
+		keep(g->auth, sizeof(g->auth), &g->auth_len, &g->auth_long, nv->value,
+		     nv->valuelen);
+	else if (name_is(nv, "accept"))
+		keep(g->accept, sizeof(g->accept), &g->accept_len, NULL, nv->value, nv->valuelen);
+	else if (name_is(nv, "content-length")) {
+		int64_t v = 0;
+		bool ok = nv->valuelen > 0 && nv->valuelen <= 18;
+		for (size_t i = 0; ok && i < nv->valuelen; i++) {
+			ok = nv->value[i] >= '0' && nv->value[i] <= '9';
+			v = v * 10 + (nv->value[i] - '0');
+		}
+		/* A malformed one is h2o's to refuse; the guard only reads it. */
+		g->content_length = ok ? v : -1;
+	}
+	return SBX_H2G_OK;
+}
+
+/* Feed a fragment to the inflater; final: the block ends with it. */
+static int inflate(sbx_h2g *g, const uint8_t *in, size_t n, bool final)
+{
+	for (;;) {
+		nghttp2_nv nv;
+		int fl = 0;
+		ssize_t rv = nghttp2_hd_inflate_hd2(g->inf, &nv, &fl, in, n, final ? 1 : 0);
+		if (rv < 0)
+			return fail(g, SBX_H2G_COMPRESSION_ERROR, SBX_H2G_R_COMPRESSION);
+		in += rv;
+		n -= (size_t)rv;
+		if ((fl & NGHTTP2_HD_INFLATE_EMIT) && on_field(g, &nv) != SBX_H2G_OK)
+			return SBX_H2G_CLOSE;
+		if (fl & NGHTTP2_HD_INFLATE_FINAL) {
+			nghttp2_hd_inflate_end_headers(g->inf);
+			return SBX_H2G_OK;
+		}
+		if (n == 0 && !(fl & NGHTTP2_HD_INFLATE_EMIT)) {
+			if (final) /* a final block the inflater did not finish */
+				return fail(g, SBX_H2G_COMPRESSION_ERROR, SBX_H2G_R_COMPRESSION);
+			return SBX_H2G_OK;
+		}
+	}
+}
+
+static bool ascii_has(const char *s, size_t n, const char *needle)
+{
+	size_t k = strlen(needle);
+	for (size_t i = 0; i + k <= n; i++)
+		if (!memcmp(s + i, needle, k))
+			return true;
+	return false;
+}
+
+/* The block of a new request is complete: let it through or answer it. */
+static int block_done(sbx_h2g *g)
+{
+	uint32_t id = g->hb_id;
+	stream *s = find_stream(g, id);
+	bool trailers = s != NULL || id <= g->last_id;
+	int status = 0;
+
+	g->hb_active = false;
+	if (!trailers) {
+		g->last_id = id;
+		sbx_h2g_req r = {
+			.stream_id = id,
+			.path = g->path_long ? NULL : g->path,
+			.path_len = g->path_long ? 0 : g->path_len,
+			.method = g->method,
+			.method_len = g->method_len,
+			.authorization = g->auth_long ? NULL : g->auth,
+			.authorization_len = g->auth_long ? 0 : g->auth_len,
+			.accept = g->accept,
+			.accept_len = g->accept_len,
+			.content_length = g->content_length,
+		};
+		status = g->hooks.check ? g->hooks.check(g->hooks.ud, &r) : 0;
+		/* Larger than --max-body is h2o's 413, as before the guard. */
+		if (status == 0 && r.content_length > 0 &&
+		    (uint64_t)r.content_length <= g->lim.max_body &&
+		    (g->held + (uint64_t)r.content_length > g->lim.body_conn ||
+		     (g->lim.held_total &&
+		      *g->lim.held_total + (uint64_t)r.content_length > g->lim.body_total)))
+			status = 503;
+	}
+	if (status != 0) {
+		/* h2o decodes the block (its HPACK table stays in step) and frees
+		 * the stream at once: END_STREAM cleared, then a CANCEL. */
+		g->hb_raw.data[g->hb_raw.off + 4] &= (uint8_t)~FL_END_STREAM;
+		sbx_h2g_buf_put(&g->to_h2o, g->hb_raw.data + g->hb_raw.off, buf_avail(&g->hb_raw));
+		put_u32_frame(&g->to_h2o, F_RST, id, 0x8 /* CANCEL */);
+		answer(g, id, status, ascii_has(g->accept, g->accept_len, "msgpack"),
+		       g->hb_end_stream);
+	} else {
+		sbx_h2g_buf_put(&g->to_h2o, g->hb_raw.data + g->hb_raw.off, buf_avail(&g->hb_raw));
+		if (!trailers) {
+			if (g->n_streams >= MAX_STREAMS)
+				return fail(g, SBX_H2G_CALM, SBX_H2G_R_CONCURRENCY);
+			s = add_stream(g, id);
+			if (!s)
+				return fail(g, SBX_H2G_CALM, SBX_H2G_R_CONCURRENCY);
+			s->msgpack = ascii_has(g->accept, g->accept_len, "msgpack");
+		}
+		if (s && g->hb_end_stream) {
+			s->client_closed = true;
+			maybe_done(g, s);
+		}
+	}
+	sbx_h2g_buf_consume(&g->hb_raw, buf_avail(&g->hb_raw));
+	return SBX_H2G_OK;
+}
+
+/* The fragment of a HEADERS payload (padding and priority stripped). */
+static int headers_fragment(const uint8_t *p, uint32_t len, uint8_t flags, const uint8_t **frag,
+			    size_t *flen)
+{
+	size_t pad = 0, skip = 0;
+	if (flags & FL_PADDED) {
+		if (len < 1)
+			return -1;
+		pad = p[0];
+		skip = 1;
+	}
+	if (flags & FL_PRIO)
+		skip += 5;
+	if (skip + pad > len)
+		return -1;
+	*frag = p + skip;
+	*flen = len - skip - pad;
+	return 0;
+}
+
+static int on_header_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t type, uint8_t flags,
+			   uint32_t id, uint64_t now)
+{
+	const uint8_t *frag = f + 9;
+	size_t flen = len;
+
+	if (type == F_HEADERS) {
+		if (id == 0 || !(id & 1) || headers_fragment(f + 9, len, flags, &frag, &flen) != 0)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		bool is_new = id > g->last_id;
+		if (is_new && !take(&g->b_streams, &g->lim.streams, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_STREAMS);
+		g->hb_active = true;
+		g->hb_id = id;
+		g->hb_end_stream = flags & FL_END_STREAM;
+		g->hb_conts = g->hb_fields = 0;
+		g->hb_decoded = 0;
+		g->path_len = g->method_len = g->auth_len = g->accept_len = 0;
+		g->path_long = g->auth_long = false;
+		g->content_length = -1;
+	} else {
+		if (!g->hb_active || id != g->hb_id)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		if (!take(&g->b_cont, &g->lim.continuation, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_CONTINUATION_RATE);
+		if (++g->hb_conts > g->lim.max_continuations)
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_CONTINUATIONS);
+	}
+	if (flen == 0 && !(flags & FL_END_HEADERS) && !take(&g->b_empty, &g->lim.empty, now))
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_EMPTY);
+	/* The raw block is bounded by what it may decode to (a literal never
+	 * decodes smaller than its wire form but for Huffman, 8/5 at most). */
+	if (buf_avail(&g->hb_raw) + 9 + len > (size_t)g->lim.max_header_list * 2 + FRAME_MAX)
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_HEADER_LIST);
+	if (sbx_h2g_buf_put(&g->hb_raw, f, 9 + (size_t)len) != 0)
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_HEADER_LIST);
+	bool final = flags & FL_END_HEADERS;
+	if (inflate(g, frag, flen, final) != SBX_H2G_OK)
+		return SBX_H2G_CLOSE;
+	return final ? block_done(g) : SBX_H2G_OK;
+}
+
+static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, uint32_t id,
+		   uint64_t now)
+{
+	if (id == 0 || id > g->last_id)
+		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+	if (len == 0 && !(flags & FL_END_STREAM) && !take(&g->b_empty, &g->lim.empty, now))
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_EMPTY);
+	stream *s = find_stream(g, id);
+	if (!s) {
+		/* Answered here, or closed: nothing of it is kept. */
+		credit_window(g, len);
+		return SBX_H2G_OK;
+	}
+	if (!s->server_closed) {
+		uint64_t total = g->lim.held_total ? *g->lim.held_total : 0;
+		if (g->held + len > g->lim.body_conn ||
+		    (g->lim.held_total && total + len > g->lim.body_total)) {
+			bool client_done = flags & FL_END_STREAM;
+			put_u32_frame(&g->to_h2o, F_RST, id, 0x8 /* CANCEL */);
+			if (!s->server_headers)
+				answer(g, id, 503, s->msgpack, client_done);
+			else
+				put_u32_frame(inj(g), F_RST, id, 0x8);
+			drop_stream(g, s);
+			credit_window(g, len);
+			return SBX_H2G_OK;
+		}
+		s->held += len;
+		g->held += len;
+		if (g->lim.held_total)
+			*g->lim.held_total += len;
+	}
+	sbx_h2g_buf_put(&g->to_h2o, f, 9 + (size_t)len);
+	if (flags & FL_END_STREAM) {
+		s->client_closed = true;
+		maybe_done(g, s);
+	}
+	return SBX_H2G_OK;
+}
+
+static int on_settings(sbx_h2g *g, uint8_t *f, uint32_t len, uint8_t flags, uint32_t id,
+		       uint64_t now)
+{
+	if (id != 0 || len % 6 != 0 || ((flags & FL_ACK) && len != 0))
+		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+	if (!take(&g->b_settings, &g->lim.settings, now) || len / 6 > MAX_SETTINGS)
+		return fail(g, SBX_H2G_CALM, SBX_H2G_R_SETTINGS);
+	for (uint32_t i = 0; i < len; i += 6) {
+		uint8_t *e = f + 9 + i;
+		uint16_t k = (uint16_t)(e[0] << 8 | e[1]);
+		uint32_t v =
+			(uint32_t)e[2] << 24 | (uint32_t)e[3] << 16 | (uint32_t)e[4] << 8 | e[5];
+		if (k == 5 && v > FRAME_MAX) {
+			/* h2o's frames then fit the front's frame buffer. */
+			e[2] = 0;
+			e[3] = 0;
+			e[4] = FRAME_MAX >> 8;
+			e[5] = 0;
+		}
+	}
+	sbx_h2g_buf_put(&g->to_h2o, f, 9 + (size_t)len);
+	return SBX_H2G_OK;
+}
+
+static int on_client_frame(sbx_h2g *g, uint8_t *f, uint64_t now)
+{
+	uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
+	uint8_t type = f[3], flags = f[4];
+	uint32_t id = ((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8 | f[8]) &
+		      0x7fffffffu;
+
+	if (g->hb_active && type != F_CONTINUATION)
+		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+	switch (type) {
+	case F_DATA:
+		return on_data(g, f, len, flags, id, now);
+	case F_HEADERS:
+	case F_CONTINUATION:
+		return on_header_frame(g, f, len, type, flags, id, now);
+	case F_PRIORITY:
+		if (len != 5 || id == 0)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		if (!take(&g->b_prio, &g->lim.priority, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_PRIORITY);
+		break;
+	case F_RST: {
+		if (len != 4 || id == 0 || id > g->last_id)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		if (!take(&g->b_rst, &g->lim.rst, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
+		stream *s = find_stream(g, id);
+		if (s)
+			drop_stream(g, s);
+		break;
+	}
+	case F_SETTINGS:
+		return on_settings(g, f, len, flags, id, now);
+	case F_PING:
+		if (len != 8 || id != 0)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		if (!take(&g->b_ping, &g->lim.ping, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_PING);
+		break;
+	case F_GOAWAY:
+		if (len < 8 || id != 0)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		break;
+	case F_WINDOW_UPDATE: {
+		if (len != 4)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		uint32_t inc = ((uint32_t)f[9] << 24 | (uint32_t)f[10] << 16 |
+				(uint32_t)f[11] << 8 | f[12]) &
+			       0x7fffffffu;
+		if (inc == 0)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		if (g->wu_credit > 0)
+			g->wu_credit--;
+		else if (!take(&g->b_wu, &g->lim.window_update, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_WINDOW_UPDATE);
+		break;
+	}
+	case F_PUSH: /* clients never push */
+		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+	default:
+		/* Unknown extension frames mean nothing to h2o: dropped, and
+		 * paid for like empty frames. */
+		if (!take(&g->b_empty, &g->lim.empty, now))
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_EMPTY);
+		return SBX_H2G_OK;
+	}
+	sbx_h2g_buf_put(&g->to_h2o, f, 9 + (size_t)len);
+	return SBX_H2G_OK;
+}
+
+int sbx_h2g_from_client(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
+{
+	if (g->closed)
+		return SBX_H2G_CLOSE;
+	while (g->preface_got < PREFACE_LEN && n > 0) {
+		if (*p != (uint8_t)PREFACE[g->preface_got])
+			return g->preface_got == 0
+				       ? SBX_H2G_NOT_H2
+				       : fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		p++;
+		n--;
+		if (++g->preface_got == PREFACE_LEN)
+			sbx_h2g_buf_put(&g->to_h2o, PREFACE, PREFACE_LEN);
+	}
+	while (n > 0) {
+		size_t have = buf_avail(&g->cin);
+		uint8_t *f;
+		size_t need;
+		if (have < 9) {
+			size_t k = 9 - have < n ? 9 - have : n;
+			sbx_h2g_buf_put(&g->cin, p, k);
+			p += k;
+			n -= k;
+			if (buf_avail(&g->cin) < 9)
+				break;
+		}
+		f = g->cin.data + g->cin.off;
+		uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
+		if (len > FRAME_MAX)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
+		need = 9 + len - buf_avail(&g->cin);
+		size_t k = need < n ? need : n;
+		if (sbx_h2g_buf_put(&g->cin, p, k) != 0)
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_SERVER);
+		p += k;
+		n -= k;
+		if (k < need)
+			break;
+		f = g->cin.data + g->cin.off;
+		int rv = on_client_frame(g, f, now_ms);
+		sbx_h2g_buf_consume(&g->cin, 9 + len);
+		if (rv != SBX_H2G_OK)
+			return SBX_H2G_CLOSE;
+	}
+	return SBX_H2G_OK;
+}
+
+/* ---- h2o -> client ---- */
+
+/* h2o's first SETTINGS: learn its header table size, add ours. */
+static void server_settings(sbx_h2g *g, const uint8_t *f, uint32_t len)
+{
+	uint8_t e[6] = {0,
+			6,
+			(uint8_t)(g->lim.max_header_list >> 24),
+			(uint8_t)(g->lim.max_header_list >> 16),
+			(uint8_t)(g->lim.max_header_list >> 8),
+			(uint8_t)g->lim.max_header_list};
+
+	for (uint32_t i = 0; i + 6 <= len; i += 6) {
+		const uint8_t *x = f + 9 + i;
+		if (x[0] == 0 && x[1] == 1)
+			nghttp2_hd_inflate_change_table_size(
+				g->inf, (size_t)((uint32_t)x[2] << 24 | (uint32_t)x[3] << 16 |
+						 (uint32_t)x[4] << 8 | x[5]));
+	}
+	put_frame_head(&g->to_client, len + 6, F_SETTINGS, f[4], 0);
+	sbx_h2g_buf_put(&g->to_client, f + 9, len);
+	sbx_h2g_buf_put(&g->to_client, e, 6);
+	sbx_h2g_buf_put(&g->to_client, g->early.data + g->early.off, buf_avail(&g->early));
+	sbx_h2g_buf_free(&g->early);
+}
+
+static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t now)
+{
+	uint8_t type = f[3], flags = f[4];
+	uint32_t id = ((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8 | f[8]) &
+		      0x7fffffffu;
+	stream *s = id ? find_stream(g, id) : NULL;
+	sbx_h2g_buf *out = &g->to_client;
+
+	if (buf_avail(&g->srun) > 0 && type != F_CONTINUATION)
+		return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+	switch (type) {
+	case F_SETTINGS:
+		if (!(flags & FL_ACK) && !g->server_settings_seen) {
+			g->server_settings_seen = true;
+			server_settings(g, f, len);
+			return SBX_H2G_OK;
+		}
+		break;
+	case F_HEADERS:
+	case F_CONTINUATION:
+		if (type == F_HEADERS && s) {
+			s->server_headers = true;
+			if (flags & FL_END_STREAM) {
+				s->server_closed = true;
+				release(g, s);
+			}
+		}
+		if (!(flags & FL_END_HEADERS) || buf_avail(&g->srun) > 0) {
+			if (buf_avail(&g->srun) + 9 + len > SERVER_RUN_MAX)
+				return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+			sbx_h2g_buf_put(&g->srun, f, 9 + (size_t)len);
+			if (!(flags & FL_END_HEADERS))
+				return SBX_H2G_OK;
+			/* the run is complete: relay it in one piece */
+			sbx_h2g_buf_put(out, g->srun.data + g->srun.off, buf_avail(&g->srun));
+			sbx_h2g_buf_consume(&g->srun, buf_avail(&g->srun));
+			if (s)
+				maybe_done(g, s);
+			return SBX_H2G_OK;
+		}
+		break;
+	case F_DATA: {
+		/* A client may thank each DATA frame with two WINDOW_UPDATEs
+		 * (stream and connection): streaming never runs out. */
+		if (g->wu_credit < 65536)
+			g->wu_credit += 2;
+		if (s && (flags & FL_END_STREAM)) {
+			s->server_closed = true;
+			release(g, s);
+		}
+		break;
+	}
+	case F_RST:
+		/* Streams h2o refuses or resets cost like the client's resets. */
+		if (!take(&g->b_rst, &g->lim.rst, now)) {
+			sbx_h2g_buf_put(out, f, 9 + (size_t)len);
+			return fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
+		}
+		if (s) {
+			drop_stream(g, s);
+			s = NULL;
+		}
+		break;
+	default:
+		break;
+	}
+	sbx_h2g_buf_put(out, f, 9 + (size_t)len);
+	if (s)
+		maybe_done(g, s);
+	return SBX_H2G_OK;
+}
+
+int sbx_h2g_from_server(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
+{
+	if (g->closed)
+		return SBX_H2G_CLOSE;
+	while (n > 0) {
+		size_t have = buf_avail(&g->sin);
+		if (have < 9) {
+			size_t k = 9 - have < n ? 9 - have : n;
+			sbx_h2g_buf_put(&g->sin, p, k);
+			p += k;
+			n -= k;
+			if (buf_avail(&g->sin) < 9)
+				break;
+		}
+		const uint8_t *f = g->sin.data + g->sin.off;
+		uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
+		if (len > SERVER_FRAME_MAX)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+		size_t need = 9 + len - buf_avail(&g->sin);
+		size_t k = need < n ? need : n;
+		if (sbx_h2g_buf_put(&g->sin, p, k) != 0)
+			return fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+		p += k;
+		n -= k;
+		if (k < need)
+			break;
+		int rv = on_server_frame(g, g->sin.data + g->sin.off, len, now_ms);
+		sbx_h2g_buf_consume(&g->sin, 9 + len);
+		if (rv != SBX_H2G_OK)
+			return SBX_H2G_CLOSE;
+	}
+	return SBX_H2G_OK;
+}
+
+int sbx_h2g_preface_match(const uint8_t *p, size_t n)
+{
+	size_t k = n < PREFACE_LEN ? n : PREFACE_LEN;
+	if (memcmp(p, PREFACE, k) != 0)
+		return -1;
+	return k == PREFACE_LEN ? 1 : 0;
+}
+
+/* ---- lifetime and queries ---- */
+
+sbx_h2g *sbx_h2g_new(const sbx_h2g_limits *lim, const sbx_h2g_hooks *hooks)
+{
+	sbx_h2g *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		return NULL;
+	g->lim = *lim;
+	if (hooks)
+		g->hooks = *hooks;
+	if (nghttp2_hd_inflate_new(&g->inf) != 0) {
+		free(g);
+		return NULL;
+	}
+	/* h2o's default SETTINGS_HEADER_TABLE_SIZE until its SETTINGS say. */
+	nghttp2_hd_inflate_change_table_size(g->inf, 4096);
+	return g;
+}
+
+void sbx_h2g_free(sbx_h2g *g)
+{
+	if (!g)
+		return;
+	while (g->n_streams > 0)
+		drop_stream(g, &g->streams[0]);
+	free(g->streams);
+	nghttp2_hd_inflate_del(g->inf);
+	sbx_h2g_buf_free(&g->to_h2o);
+	sbx_h2g_buf_free(&g->to_client);
+	sbx_h2g_buf_free(&g->cin);
+	sbx_h2g_buf_free(&g->sin);
+	sbx_h2g_buf_free(&g->srun);
+	sbx_h2g_buf_free(&g->early);
+	sbx_h2g_buf_free(&g->hb_raw);
+	free(g);
+}
+
+sbx_h2g_buf *sbx_h2g_to_h2o(sbx_h2g *g)
+{
+	return &g->to_h2o;
+}
+
+sbx_h2g_buf *sbx_h2g_to_client(sbx_h2g *g)
+{
+	return &g->to_client;
+}
+
+sbx_h2g_reason sbx_h2g_reason_of(const sbx_h2g *g, uint32_t *code)
+{
+	if (code)
+		*code = g->code;
+	return g->reason;
+}
+
+bool sbx_h2g_header_pending(const sbx_h2g *g)
+{
+	if (g->preface_got < PREFACE_LEN || g->hb_active)
+		return true;
+	/* a HEADERS frame arriving piecemeal */
+	return buf_avail(&g->cin) > 3 && g->cin.data[g->cin.off + 3] == F_HEADERS;
+}
+
+size_t sbx_h2g_open_streams(const sbx_h2g *g)
+{
+	return g->n_streams;
+}
+
+uint64_t sbx_h2g_held(const sbx_h2g *g)
+{
+	return g->held;
+}
+
+void sbx_h2g_rejected(const sbx_h2g *g, uint64_t *n401, uint64_t *n503)
+{
+	*n401 = g->n401;
+	*n503 = g->n503;
+}
