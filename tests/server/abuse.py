@@ -17,7 +17,8 @@ exit status 1 when a bound of issue 14 is broken:
 
 Crossing (h2attack.py) is the first abusive frame unless the class's budget is a
 timeout or a count of connections; those come from --header-timeout-s and
---per-source (sbxd's defaults for the flags of the same names).
+--per-source (sbxd's defaults for --header-timeout-s and --max-conns-per-addr).
+sbxd runs under RLIMIT_NOFILE --nofile (1024), 512 for fd-exhaustion.
 """
 import argparse
 import json
@@ -58,7 +59,9 @@ def classes(a):
         "window-update": ([], "close"),
         "slowloris-preface": (["--part", "preface"] + ht, "close"),
         "slowloris-headers": (["--part", "headers"] + ht, "close"),
-        "conn-flood": (["--conns", str(a.per_source + 64), "--cross-count", str(a.per_source)], "close"),
+        # from 127.0.0.2: bob (127.0.0.1) is another source
+        "conn-flood": (["--conns", str(a.per_source + 64), "--cross-count", str(a.per_source),
+                        "--source", "127.0.0.2"], "close"),
         "fd-exhaustion": (["--conns", "700", "--sources", "20"], None),
     }
 
@@ -81,7 +84,8 @@ class Sbxd:
 
         def limits():
             if nofile:
-                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+                # the soft limit only: sbx raises a run's own limit up to the hard one
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         self.log = open(os.path.join(self.dir, "log"), "w+")
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, preexec_fn=limits,
                                   env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
@@ -192,7 +196,7 @@ class Probe:
 
 def measure(a, name, argv, expect):
     try:
-        srv = Sbxd(a.sbxd, nofile=512 if name == "fd-exhaustion" else None)
+        srv = Sbxd(a.sbxd, nofile=512 if name == "fd-exhaustion" else a.nofile)
     except (RuntimeError, Failed, OSError) as e:
         return {"class": name, "broken": ["setup: %s" % e]}
     row = {"class": name}
@@ -284,10 +288,14 @@ def main():
     p.add_argument("--only", default="")
     p.add_argument("--max-body", type=int, default=8 * 1024 * 1024)
     p.add_argument("--header-timeout-s", type=float, default=10)
-    p.add_argument("--per-source", type=int, default=64)
+    p.add_argument("--nofile", type=int, default=1024, help="sbxd's RLIMIT_NOFILE (fd-exhaustion: 512)")
+    p.add_argument("--per-source", type=int, default=0,
+                   help="sbxd's --max-conns-per-addr (default: derived from --nofile as sbxd does)")
     p.add_argument("--rss-cap-mib", type=int, default=1536)
     p.add_argument("--json", help="write every row, in full, to this file")
     a = p.parse_args()
+    if not a.per_source:  # sbxd's default: 3 fds a connection, a quarter kept back, half per address
+        a.per_source = max(16, (a.nofile - a.nofile // 4) // 3) // 2
     table = classes(a)
     names = [n for n in table if not a.only or n in a.only.split(",")]
     rows = []

@@ -330,6 +330,15 @@ class Attack:
                 cross = c.t_connect + self.a.cross_after
             if cross is not None:
                 ends.append(round((t_end - cross) * 1000, 1))
+        if self.a.cls in ("conn-flood", "fd-exhaustion") and self.a.cross_count:
+            # The server may shed any of the source's connections (an idle one first) rather
+            # than the newest: pair the k-th connection over budget with the k-th close.
+            crosses = sorted(c.t_cross for c in self.conns if c.t_cross is not None)
+            closes = sorted(min(t for t in (c.t_goaway, c.t_closed) if t is not None) for c in closed)
+            ends = [round((cl - cr) * 1000, 1) for cr, cl in zip(crosses, closes)]
+            ends += [None] * (len(crosses) - len(closes))
+            if None in ends:
+                ends = [e for e in ends if e is not None] + [round((now() - max(crosses)) * 1000, 1)]
         goaway, statuses = {}, {}
         for c in self.conns:
             if c.goaway is not None:
@@ -591,7 +600,44 @@ def cls_conn_flood(at):
     at.settle()
 
 
+def cls_control(at):
+    """Legitimate traffic of the attacks' shapes, under every budget, on one connection:
+    a PING, a SETTINGS, a PRIORITY, a request whose header block is split over 3
+    CONTINUATIONs, 5 requests each reset by the client, a POST ending in an empty
+    DATA(END_STREAM) as curl sends, then GET /healthz.  A guard that cuts any of
+    these shows as closed / a GOAWAY in the report."""
+    a = at.a
+    c = at.connect()
+    if c is None:
+        return
+    try:
+        c.pump(0.1)
+        c.send(frame(PING, 0, 0, b"control!") + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 1 << 24)) +
+               frame(PRIORITY, 0, 1, struct.pack(">IB", 0, 15)), frames=3)
+        block = request_block("GET", "/healthz", at.authority)
+        third = len(block) // 4
+        c.send(frame(HEADERS, END_STREAM, 1, block[:third]) + frame(CONTINUATION, 0, 1, block[third:2 * third]) +
+               frame(CONTINUATION, 0, 1, block[2 * third:3 * third]) +
+               frame(CONTINUATION, END_HEADERS, 1, block[3 * third:]), frames=4)
+        sid = 3
+        for _ in range(5):
+            c.send(frame(HEADERS, END_HEADERS, sid, request_block("GET", "/healthz", at.authority)) +
+                   frame(RST, 0, sid, struct.pack(">I", 8)), frames=2)
+            sid += 2
+        if a.token and a.session:
+            c.send(frame(HEADERS, END_HEADERS, sid, request_block(
+                "POST", "/v1/sessions/%s/runs" % a.session, at.authority, a.token)) +
+                frame(DATA, 0, sid, json.dumps({"cmd": ["/bin/true"]}).encode()) +
+                frame(DATA, END_STREAM, sid, b""), frames=3)
+            sid += 2
+        c.send(frame(HEADERS, END_HEADERS | END_STREAM, sid, block))
+        c.pump(min(max(at.left(), 0.5), 2.0))
+    except Closed:
+        pass
+
+
 CLASSES = {
+    "control": cls_control,
     "hpack-bomb": cls_hpack_bomb, "body-hold": cls_body_hold, "header-flood": cls_header_flood,
     "rapid-reset": cls_rapid_reset, "continuation": cls_continuation, "zero-length": cls_zero_length,
     "empty-data": cls_empty_data, "priority": cls_priority, "settings": cls_settings, "ping": cls_ping,
