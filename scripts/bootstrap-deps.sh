@@ -13,7 +13,7 @@ packages=(
 	lua-busted
 	bubblewrap util-linux python3 tmux procps iproute2 coreutils
 	libh2o-evloop-dev libssl-dev libjansson-dev libcurl4-openssl-dev libnghttp2-dev
-	nghttp2-client curl openssl
+	nghttp2-client curl openssl python3-h2
 	passt nftables
 	luarocks libcap2-bin man-db
 	clang "libclang-rt-14-dev|libclang-rt-dev"
