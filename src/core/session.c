@@ -40,8 +40,6 @@
 #include "internal.h"
 
 #define READY_TIMEOUT_MS SBX_SESSION_READY_TIMEOUT_MS
-#define DEFAULT_TMP_BYTES (256ull << 20)
-#define DEFAULT_SHM_BYTES (64ull << 20)
 #define DEFAULT_NOFILE 1024
 
 /* RLIMIT_NOFILE of every run: the caller's nofile, else 1024 or this
@@ -91,6 +89,7 @@ struct sbx_session {
 	int direct_pidfds[MAX_DIRECT]; /* backend "none": inits to reap */
 	size_t n_direct;
 	sbx_gpu gpu;
+	sbx_rootfs fs;      /* the root filesystem, described once */
 	sbx_net net;        /* the network ceiling */
 	int proxy_listener; /* allowlist: the listening socket inside, or -1 */
 	sbx_opennet open;   /* open: the pasta that connects its namespace */
@@ -749,9 +748,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
 			    (unsigned)zid, strerror(errno));
 	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&
-		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
-				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
-				    s->privileged ? s->host_gid : SBX_SANDBOX_GID, &err) == 0 &&
+		   sbx_rootfs_build(&s->fs, o->hostname ? o->hostname : "sandbox", &err) == 0 &&
 		   sbx_netns_prepare(netns, &listener, o->network_mode,
 				     o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT, &err) == 0) {
 		err.kind = SBX_E_NONE;
@@ -760,6 +757,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		sbx_zygote_fail(ctl_fd, &err);
 	memset(&cfg, 0, sizeof(cfg));
 	memcpy(cfg.netns_fd, netns, sizeof(netns));
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		cfg.bwrap_data_fd[i] = -1;
 	cfg.warm_mode = o->network_mode;
 	cfg.ctl_fd = ctl_fd;
 	cfg.oom_fd = oom_fd;
@@ -781,8 +780,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		if (sbx_rootfs_is_scratch(o->binds[i].path))
 			cfg.carry[nc++] = o->binds[i].path;
 	cfg.seccomp = prog;
-	cfg.tmp_bytes = o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES;
-	cfg.shm_bytes = o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES;
+	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
+	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
@@ -835,105 +834,47 @@ static const char *bwrap_path(void)
 	return env && *env ? env : "/usr/bin/bwrap";
 }
 
-/* Append a copy of each string to the NULL-terminated argv (grown). */
-static int argv_add(char ***v, size_t *n, size_t *cap, int count, ...)
-{
-	va_list ap;
-	if (*n + (size_t)count + 1 > *cap) {
-		size_t nc = (*cap ? *cap * 2 : 64) + (size_t)count;
-		char **nv = realloc(*v, nc * sizeof(char *));
-		if (!nv)
-			return -1;
-		*v = nv;
-		*cap = nc;
-	}
-	va_start(ap, count);
-	for (int i = 0; i < count; i++) {
-		const char *a = va_arg(ap, const char *);
-		if (!((*v)[(*n)++] = strdup(a))) {
-			va_end(ap);
-			return -1;
-		}
-	}
-	va_end(ap);
-	(*v)[*n] = NULL;
-	return 0;
-}
-
-/* A host path as bwrap should recreate it: a symlink stays a symlink. */
-static int argv_mirror(char ***v, size_t *n, size_t *cap, const char *path, bool writable)
-{
-	struct stat st;
-	char target[PATH_MAX];
-	if (lstat(path, &st) != 0)
-		return 0; /* "where present", like the native backends */
-	if (S_ISLNK(st.st_mode)) {
-		ssize_t len = readlink(path, target, sizeof(target) - 1);
-		if (len < 0)
-			return 0;
-		target[len] = '\0';
-		return argv_add(v, n, cap, 3, "--symlink", target, path);
-	}
-	return argv_add(v, n, cap, 3, writable ? "--bind" : "--ro-bind", path, path);
-}
-
 /*
  * backend "bubblewrap": the bwrap arguments equivalent to the native
- * backends' filesystem and namespaces: every namespace new, the sandbox
- * user uid/gid 1000 in a user namespace, no capabilities, the policy's
- * system dirs and /etc entries read-only, a minimal read-only /dev, fresh /tmp and
- * /dev/shm of the same sizes, the work dir at /tmp/sandbox-work, the extra
- * binds.  Per run, init.c adds the generated /etc files, remounts / read-
- * only, and passes our seccomp filter and the command.
+ * backends' namespaces (every namespace new, the sandbox user uid/gid 1000
+ * in a user namespace, no capabilities), then the session's root
+ * filesystem description rendered for bwrap (rootfs_bwrap.c), its
+ * generated files read from sealed memfds of the session.  Per run, init.c
+ * remounts / read-only and passes our seccomp filter and the command.
  */
 static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 {
-	char **v = NULL, num[32], path[PATH_MAX];
-	size_t n = 0, cap = 0;
+	sbx_argv a = {0};
+	size_t k = 0;
 	/* With a user namespace of ours (root: make_bwrap_userns) every other
 	 * namespace is new; else bwrap makes the user namespace too. */
 	int rc = s->direct.userns_fd >= 0
-			 ? argv_add(&v, &n, &cap, 5, bwrap_path(), "--unshare-ipc", "--unshare-pid",
-				    "--unshare-net", "--unshare-uts")
-			 : argv_add(&v, &n, &cap, 2, bwrap_path(), "--unshare-all");
+			 ? sbx_argv_add(&a, 5, bwrap_path(), "--unshare-ipc", "--unshare-pid",
+					"--unshare-net", "--unshare-uts")
+			 : sbx_argv_add(&a, 2, bwrap_path(), "--unshare-all");
 	if (rc == 0 && s->direct.userns_fd >= 0)
-		rc = argv_add(&v, &n, &cap, 1, "--unshare-cgroup-try");
+		rc = sbx_argv_add(&a, 1, "--unshare-cgroup-try");
 	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 10, "--die-with-parent", "--new-session", "--cap-drop",
-			      "ALL", "--uid", "1000", "--gid", "1000", "--hostname",
-			      o->hostname ? o->hostname : "sandbox");
-	for (const char *const *d = o->system_ro; rc == 0 && d && *d; d++)
-		rc = argv_mirror(&v, &n, &cap, *d, false);
-	for (const char *const *e = o->etc_files; rc == 0 && e && *e; e++) {
-		int take = sbx_rootfs_etc_entry(*e, err);
-		if (take < 0)
-			return -1;
-		if (!take)
+		rc = sbx_argv_add(&a, 10, "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+				  "--uid", "1000", "--gid", "1000", "--hostname",
+				  o->hostname ? o->hostname : "sandbox");
+	/* The generated files: each run's init reopens these (init.c). */
+	for (size_t i = 0; rc == 0 && i < s->fs.n; i++) {
+		const sbx_fs_entry *e = &s->fs.e[i];
+		if (e->kind != SBX_FS_DATA)
 			continue;
-		snprintf(path, sizeof(path), "/etc/%s", *e);
-		rc = argv_mirror(&v, &n, &cap, path, false);
+		if (k == SBX_FS_MAX_DATA)
+			return sbx_argv_free(&a),
+			       sbx_err_set(err, SBX_E_EXECUTION, E2BIG, "too many generated files");
+		int fd = sbx_sealed_data_fd("sbx-etc", e->data, strlen(e->data));
+		if (fd < 0)
+			return sbx_argv_free(&a),
+			       sbx_err_set(err, SBX_E_EXECUTION, errno, "memfd: %s", strerror(errno));
+		s->direct.bwrap_data_fd[k++] = fd;
 	}
 	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 4, "--dev", "/dev", "--proc", "/proc");
-	snprintf(num, sizeof(num), "%llu",
-		 (unsigned long long)(o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES));
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 4, "--size", num, "--tmpfs", "/tmp");
-	snprintf(num, sizeof(num), "%llu",
-		 (unsigned long long)(o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES));
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 7, "--size", num, "--tmpfs", "/dev/shm", "--bind",
-			      s->work_dir, SBX_SANDBOX_WORKDIR);
-	for (size_t i = 0; rc == 0 && i < o->n_binds; i++)
-		rc = argv_add(&v, &n, &cap, 3, o->binds[i].writable ? "--bind" : "--ro-bind",
-			      o->binds[i].path, o->binds[i].path);
-	/* /dev read-only like the native one, once everything below it is
-	 * made (only that mount: /dev/shm and /dev/pts stay writable).
-	 * bwrap's --proc already binds /proc's kernel-wide parts read-only,
-	 * as rootfs.c does. */
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 2, "--remount-ro", "/dev");
-	s->bwrap_argv = v;
+		rc = sbx_rootfs_bwrap_args(&a, &s->fs, s->direct.bwrap_data_fd);
+	s->bwrap_argv = a.v;
 	if (rc < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
 	return 0;
@@ -1097,6 +1038,8 @@ static int open_direct(sbx_session *s, const sbx_session_opts *o)
 	s->direct.fsize = o->fsize_bytes;
 	s->direct.lifetime_ms = o->lifetime_ms;
 	s->direct.userns_fd = -1;
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		s->direct.bwrap_data_fd[i] = -1;
 	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	return 0;
 }
@@ -1266,6 +1209,12 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		if (sbx_gpu_prepare(&s->gpu, o, lock_dir, err) < 0)
 			goto fail;
 	}
+	/* The root every run sees (backend none has none of its own). */
+	if ((!s->none || s->bwrap) &&
+	    sbx_rootfs_describe(&s->fs, o, s->work_dir, &s->gpu,
+				s->privileged ? s->host_uid : SBX_SANDBOX_UID,
+				s->privileged ? s->host_gid : SBX_SANDBOX_GID, err) < 0)
+		goto fail;
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
 	prog = sbx_seccomp_compile(o->seccomp_deny, o->seccomp_allow, err);
@@ -1498,6 +1447,10 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	sbx_gpu_release(&s->gpu);
 	if (s->bwrap && s->direct.userns_fd >= 0)
 		close(s->direct.userns_fd);
+	for (int i = 0; s->bwrap && i < SBX_FS_MAX_DATA; i++)
+		if (s->direct.bwrap_data_fd[i] >= 0)
+			close(s->direct.bwrap_data_fd[i]);
+	sbx_rootfs_free(&s->fs);
 	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
 		free(s->bwrap_argv[i]);
 	free(s->bwrap_argv);
