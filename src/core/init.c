@@ -169,17 +169,22 @@ static int unpack(const struct sbx_proto_run *req, const char *payload, const ch
 	return 0;
 }
 
-/* A memfd holding data (for bwrap's --seccomp and --ro-bind-data), or -1. */
-static int data_fd(const char *name, const void *data, size_t len)
+/* The session's generated files (sealed memfds that bwrap_argv names with
+ * --ro-bind-data): bwrap reads each to its end, so each run reads an open
+ * file of its own from offset 0 (a reopen through /proc), at the same fd
+ * number, kept across the exec. */
+static int reopen_data_fds(const struct sbx_zygote_cfg *cfg)
 {
-	int fd = (int)syscall(SYS_memfd_create, name, 0);
-	if (fd < 0)
-		return -1;
-	if (write(fd, data, len) != (ssize_t)len || lseek(fd, 0, SEEK_SET) != 0) {
+	char path[64];
+
+	for (int i = 0; i < SBX_FS_MAX_DATA && cfg->bwrap_data_fd[i] >= 0; i++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", cfg->bwrap_data_fd[i]);
+		int fd = open(path, O_RDONLY);
+		if (fd < 0 || dup2(fd, cfg->bwrap_data_fd[i]) < 0)
+			return -1;
 		close(fd);
-		return -1;
 	}
-	return fd;
+	return 0;
 }
 
 /*
@@ -192,42 +197,22 @@ static int data_fd(const char *name, const void *data, size_t len)
 static void exec_bwrap(const struct sbx_zygote_cfg *cfg, const char *cwd, const char **argv,
 		       const char **envp, int status_fd)
 {
-	char passwd[512], group[128], hosts[512], fdnum[5][16];
-	const char *hostname = "sandbox";
+	char seccomp_num[16];
 	size_t n_fixed = 0, n_argv = 0;
 
-	for (char *const *a = cfg->bwrap_argv; *a; a++) {
-		if (!strcmp(*a, "--hostname") && a[1])
-			hostname = a[1];
+	for (char *const *a = cfg->bwrap_argv; *a; a++)
 		n_fixed++;
-	}
 	while (argv[n_argv])
 		n_argv++;
-	snprintf(passwd, sizeof(passwd),
-		 "root:x:0:0:root:/root:/bin/sh\n"
-		 "sandbox:x:%d:%d:sandbox:" SBX_SANDBOX_WORKDIR ":/bin/sh\n"
-		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		 SBX_SANDBOX_UID, SBX_SANDBOX_GID);
-	snprintf(group, sizeof(group), "root:x:0:\nsandbox:x:%d:\nnogroup:x:65534:\n",
-		 SBX_SANDBOX_GID);
-	snprintf(hosts, sizeof(hosts), "127.0.0.1\tlocalhost %.200s\n::1\tlocalhost ip6-localhost\n",
-		 hostname);
-	int fds[5] = {
-		data_fd("sbx-seccomp", cfg->seccomp->filter,
-			cfg->seccomp->len * sizeof(struct sock_filter)),
-		data_fd("sbx-passwd", passwd, strlen(passwd)),
-		data_fd("sbx-group", group, strlen(group)),
-		data_fd("sbx-hosts", hosts, strlen(hosts)),
-		data_fd("sbx-hostname", hostname, strlen(hostname)),
-	};
-	for (int i = 0; i < 5; i++) {
-		if (fds[i] < 0) {
-			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "memfd: %s",
-					strerror(errno));
-			return;
-		}
-		snprintf(fdnum[i], sizeof(fdnum[i]), "%d", fds[i]);
+	int seccomp_fd = sbx_sealed_data_fd("sbx-seccomp", cfg->seccomp->filter,
+					    cfg->seccomp->len * sizeof(struct sock_filter));
+	/* bwrap reads the filter from its fd: not close-on-exec. */
+	if (seccomp_fd < 0 || fcntl(seccomp_fd, F_SETFD, 0) != 0 || reopen_data_fds(cfg) < 0) {
+		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "memfd: %s",
+				strerror(errno));
+		return;
 	}
+	snprintf(seccomp_num, sizeof(seccomp_num), "%d", seccomp_fd);
 	const char **v = calloc(n_fixed + n_argv + 28, sizeof(*v));
 	if (!v)
 		return;
@@ -250,18 +235,11 @@ static void exec_bwrap(const struct sbx_zygote_cfg *cfg, const char *cwd, const 
 		v[k++] = "--sync-fd";
 		v[k++] = usernum;
 	}
-	static const char *const etc_dst[] = {"/etc/passwd", "/etc/group", "/etc/hosts",
-					      "/etc/hostname"};
-	for (int i = 1; i < 5; i++) {
-		v[k++] = "--ro-bind-data";
-		v[k++] = fdnum[i];
-		v[k++] = etc_dst[i - 1];
-	}
-	/* Read-only like the native root, once the files above exist. */
+	/* Read-only like the native root, once everything is in place. */
 	v[k++] = "--remount-ro";
 	v[k++] = "/";
 	v[k++] = "--seccomp";
-	v[k++] = fdnum[0];
+	v[k++] = seccomp_num;
 	v[k++] = "--chdir";
 	v[k++] = cwd;
 	v[k++] = "--";
@@ -883,8 +861,10 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 			born[r].rlim_cur = born[r].rlim_max = RLIM_INFINITY;
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
-	int keep[2] = {hsock, cfg->bwrap_argv ? cfg->userns_fd : -1};
-	sbx_close_fds_except(keep, 2);
+	int keep[2 + SBX_FS_MAX_DATA] = {hsock, cfg->bwrap_argv ? cfg->userns_fd : -1};
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		keep[2 + i] = cfg->bwrap_argv ? cfg->bwrap_data_fd[i] : -1;
+	sbx_close_fds_except(keep, 2 + SBX_FS_MAX_DATA);
 
 	/* The zygote had these blocked already, so none was lost before this
 	 * point; they queue on the signalfd, and signals from inside the run

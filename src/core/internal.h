@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include "sbx.h"
+#include "rootfs_desc.h"
 
 #define SBX_PROTO_MAGIC 0x73627831u /* "sbx1" */
 /* Largest argv + env + cwd payload of one run request. */
@@ -148,6 +149,8 @@ struct sbx_zygote_cfg {
 	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
 	int userns_fd;             /* bubblewrap as root: the session's user namespace
 				    * (userns.c's full map) for bwrap --userns, or -1 */
+	int bwrap_data_fd[SBX_FS_MAX_DATA];     /* bubblewrap: sealed memfds of the generated files
+				    * bwrap_argv names (--ro-bind-data), or -1 */
 	const char *host_work_dir; /* backend "none": where the work dir really is */
 	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
 	sbx_net warm_mode;         /* the mode of the first warm inits */
@@ -175,8 +178,7 @@ static inline uint64_t sbx_tmpfs_inodes(uint64_t bytes)
 
 /* Child side of the session (rootfs.c): build the root, pivot into it.
  * Runs in the zygote after the id maps are written. */
-int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
-		     const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err);
+int sbx_rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err);
 /* Child side of a run (rootfs.c): per-run mounts in init's mount ns. */
 int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err);
 /* What the per-run /tmp and /dev/shm hold (statfs free blocks and inodes),
@@ -255,6 +257,9 @@ pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out);
  * in *tries; false for any other error or once the time is up (errno
  * kept). */
 bool sbx_sys_fork_retry(int *tries);
+/* A sealed (read-only for good) memfd holding data, CLOEXEC, at offset 0;
+ * -1 with errno. */
+int sbx_sealed_data_fd(const char *name, const void *data, size_t len);
 
 /* ---- cgroups (cgroup.c) ---- */
 

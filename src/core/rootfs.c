@@ -1,10 +1,13 @@
 /*
  * rootfs.c: the filesystem a sandbox sees.
  *
- * Session side (once, in the zygote): a tmpfs root holding read-only binds
- * of the system dirs the policy lists, a curated /etc, a minimal /dev, a
- * /proc of the session's PID namespace and the work dir at
- * /tmp/sandbox-work; then pivot_root into it and detach the host's root.
+ * Session side (once, in the zygote): a tmpfs root holding the entries of
+ * the session's description (rootfs_desc.c: read-only binds of the system
+ * dirs the policy lists, a curated /etc, a minimal /dev, a /proc of the
+ * session's PID namespace, the work dir at /tmp/sandbox-work...), each made
+ * by sbx_rootfs_mount_entry; then pivot_root into it and detach the host's
+ * root.  Backend bubblewrap renders the same description as bwrap
+ * arguments instead (rootfs_bwrap.c).
  * We follow bubblewrap's sequence: make / a slave so nothing we mount leaks
  * to the host, mount a scratch tmpfs, pivot into it with the old root kept
  * at /oldroot (so sources resolve there, whatever we shadow), build
@@ -33,6 +36,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rootfs_desc.h"
 
 static int sys_open_tree(const char *path, unsigned int flags);
 static int sys_move_mount(int from_fd, const char *to);
@@ -118,15 +122,16 @@ static int write_text(const char *path, const char *text, sbx_err *err)
 	return 0;
 }
 
-/* Replicate one host entry (host path, absolute) inside the new root:
+/* Replicate one host entry (src, absolute) at dst inside the new root:
  * symlinks are copied, dirs and files bound read-only (or read-write). */
-static int replicate(const char *host_path, bool writable, bool must_exist, sbx_err *err)
+static int replicate(const char *host_path, const char *inside, bool writable, bool must_exist,
+		     sbx_err *err)
 {
 	char src[PATH_MAX], dst[PATH_MAX], target[PATH_MAX];
 	struct stat st;
 
 	snprintf(src, sizeof(src), OLD "%s", host_path);
-	snprintf(dst, sizeof(dst), NEW "%s", host_path);
+	snprintf(dst, sizeof(dst), NEW "%s", inside);
 	if (lstat(src, &st) != 0) {
 		if (!must_exist && errno == ENOENT)
 			return 0;
@@ -170,93 +175,60 @@ int sbx_rootfs_etc_entry(const char *name, sbx_err *err)
 		 !strcmp(name, "hostname") || !strcmp(name, "shadow") || !strcmp(name, "gshadow"));
 }
 
-/* open mode: the host's name servers, minus loopback ones (the host's
- * loopback is unreachable from the sandbox by design); the other modes
- * have no DNS to reach (allowlist names are resolved by the proxy). */
-static int build_resolv_conf(sbx_err *err)
+/* A bind that must exist (the work dir, the caller's binds): a dir is
+ * bound on a dir made for it, anything else replicated. */
+static int mount_bind(const sbx_fs_entry *e, sbx_err *err)
 {
-	char out[1024] = "# sbx: the host's non-loopback name servers (network_mode open)\n";
-	char line[256];
-	size_t n = strlen(out);
-	FILE *f = fopen(OLD "/etc/resolv.conf", "re");
+	char src[PATH_MAX], dst[PATH_MAX];
+	struct stat st;
 
-	while (f && fgets(line, sizeof(line), f)) {
-		char addr[128];
-		if (sscanf(line, " nameserver %127s", addr) != 1 || !strncmp(addr, "127.", 4) ||
-		    !strcmp(addr, "::1"))
-			continue;
-		int w = snprintf(out + n, sizeof(out) - n, "nameserver %s\n", addr);
-		if (w < 0 || (size_t)w >= sizeof(out) - n)
-			break;
-		n += (size_t)w;
-	}
-	if (f)
-		fclose(f);
-	return write_text(NEW "/etc/resolv.conf", out, err);
+	if (e->mirror)
+		return replicate(e->src, e->dst, e->writable, false, err);
+	snprintf(src, sizeof(src), OLD "%s", e->src);
+	snprintf(dst, sizeof(dst), NEW "%s", e->dst);
+	if (stat(src, &st) != 0)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, errno, "bind %s: %s", e->src,
+				   strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return replicate(e->src, e->dst, e->writable, true, err);
+	if (mkdirs(dst, 0755) != 0 && access(dst, F_OK) != 0)
+		return FAIL("mkdir %s: %s", dst, strerror(errno));
+	return bind_mount(src, dst, e->writable, false, err);
 }
 
-static int build_etc(const sbx_session_opts *opts, uid_t uid, gid_t gid, sbx_err *err)
+static int mount_data(const sbx_fs_entry *e, sbx_err *err)
 {
-	char path[PATH_MAX], hosts[512], passwd[512];
-	const char *hostname = opts->hostname ? opts->hostname : "sandbox";
+	char dst[PATH_MAX];
 
-	if (mkdir(NEW "/etc", 0755) != 0 && errno != EEXIST)
-		return FAIL("mkdir /etc: %s", strerror(errno));
-	for (const char *const *e = opts->etc_files; e && *e; e++) {
-		int take = sbx_rootfs_etc_entry(*e, err);
-		if (take < 0)
-			return -1;
-		if (!take)
-			continue;
-		snprintf(path, sizeof(path), "/etc/%s", *e);
-		if (replicate(path, false, false, err) < 0)
-			return -1;
-	}
-	snprintf(passwd, sizeof(passwd),
-		 "root:x:0:0:root:/root:/bin/sh\n"
-		 "sandbox:x:%u:%u:sandbox:" SBX_SANDBOX_WORKDIR ":/bin/sh\n"
-		 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-		 (unsigned)uid, (unsigned)gid);
-	if (write_text(NEW "/etc/passwd", passwd, err) < 0)
-		return -1;
-	snprintf(passwd, sizeof(passwd), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n",
-		 (unsigned)gid);
-	if (write_text(NEW "/etc/group", passwd, err) < 0)
-		return -1;
-	snprintf(hosts, sizeof(hosts), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
-		 hostname);
-	if (write_text(NEW "/etc/hosts", hosts, err) < 0)
-		return -1;
-	if (opts->network_mode == SBX_NET_OPEN && build_resolv_conf(err) < 0)
-		return -1;
-	snprintf(hosts, sizeof(hosts), "%s\n", hostname);
-	return write_text(NEW "/etc/hostname", hosts, err);
+	snprintf(dst, sizeof(dst), NEW "%s", e->dst);
+	char *slash = strrchr(dst, '/');
+	*slash = '\0';
+	if (mkdirs(dst, 0755) != 0)
+		return FAIL("mkdir %s: %s", dst, strerror(errno));
+	*slash = '/';
+	return write_text(dst, e->data, err);
 }
 
-/* The session's GPU nodes (host paths below OLD) at their inside paths. */
-static int bind_gpu_nodes(const sbx_gpu *gpu, sbx_err *err)
+/* A host device node (below OLD) at its inside path. */
+static int mount_dev_node(const sbx_fs_entry *e, sbx_err *err)
 {
 	char src[PATH_MAX], dst[PATH_MAX];
 
-	for (size_t i = 0; gpu && i < gpu->n_nodes; i++) {
-		snprintf(src, sizeof(src), OLD "%s", gpu->host_node[i]);
-		snprintf(dst, sizeof(dst), NEW "%s", gpu->inside_node[i]);
-		char *slash = strrchr(dst, '/');
-		*slash = '\0';
-		if (mkdirs(dst, 0755) != 0)
-			return FAIL("mkdir %s: %s", dst, strerror(errno));
-		*slash = '/';
-		int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-		if (fd < 0)
-			return FAIL("create %s: %s", dst, strerror(errno));
-		close(fd);
-		if (bind_mount(src, dst, true, true, err) < 0)
-			return -1;
-	}
-	return 0;
+	snprintf(src, sizeof(src), OLD "%s", e->src);
+	snprintf(dst, sizeof(dst), NEW "%s", e->dst);
+	char *slash = strrchr(dst, '/');
+	*slash = '\0';
+	if (mkdirs(dst, 0755) != 0)
+		return FAIL("mkdir %s: %s", dst, strerror(errno));
+	*slash = '/';
+	int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return FAIL("create %s: %s", dst, strerror(errno));
+	close(fd);
+	return bind_mount(src, dst, true, true, err);
 }
 
-static int build_dev(const sbx_gpu *gpu, sbx_err *err)
+static int mount_dev(sbx_err *err)
 {
 	char src[64], dst[64];
 	static const char *const links[][2] = {
@@ -279,8 +251,6 @@ static int build_dev(const sbx_gpu *gpu, sbx_err *err)
 		if (bind_mount(src, dst, true, true, err) < 0)
 			return -1;
 	}
-	if (bind_gpu_nodes(gpu, err) < 0)
-		return -1;
 	for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
 		if (symlink(links[i][0], links[i][1]) != 0)
 			return FAIL("symlink %s: %s", links[i][1], strerror(errno));
@@ -290,71 +260,51 @@ static int build_dev(const sbx_gpu *gpu, sbx_err *err)
 	if (mount("devpts", NEW "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=620") != 0)
 		return FAIL("mount devpts: %s", strerror(errno));
-	if (mount(NULL, NEW "/dev", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC | MS_NODEV,
-		  "mode=0755,size=64k") != 0)
-		return FAIL("remount /dev read-only: %s", strerror(errno));
 	return 0;
 }
 
-static int build_tree(const sbx_session_opts *opts, const char *host_work_dir,
-		      const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err)
+int sbx_rootfs_mount_entry(const sbx_fs_entry *e, sbx_err *err)
 {
-	char src[PATH_MAX];
+	char dst[PATH_MAX];
 
-	for (const char *const *d = opts->system_ro; d && *d; d++)
-		if (replicate(*d, false, false, err) < 0)
-			return -1;
-	if (build_etc(opts, uid, gid, err) < 0 || build_dev(gpu, err) < 0)
-		return -1;
-	/* GPU driver files: read-only, at the same path as on the host. */
-	for (size_t i = 0; gpu && i < gpu->n_libs; i++) {
-		bool visible = false;
-		/* Below a system dir bound read-only already: nothing to do. */
-		for (const char *const *d = opts->system_ro; d && *d && !visible; d++)
-			visible = !strncmp(gpu->lib[i], *d, strlen(*d)) &&
-				  gpu->lib[i][strlen(*d)] == '/';
-		if (!visible && replicate(gpu->lib[i], false, false, err) < 0)
-			return -1;
+	snprintf(dst, sizeof(dst), NEW "%s", e->dst);
+	switch (e->kind) {
+	case SBX_FS_BIND:
+		return mount_bind(e, err);
+	case SBX_FS_DATA:
+		return mount_data(e, err);
+	case SBX_FS_DEV:
+		return mount_dev(err);
+	case SBX_FS_DEV_NODE:
+		return mount_dev_node(e, err);
+	case SBX_FS_PROC:
+		/* Writable: in a user namespace the kernel mounts each run's
+		 * own proc (sbx_rootfs_run_mounts) writable only where a
+		 * visible proc is (a read-only superblock would lock the run's
+		 * read-only too).  No run ever sees this one: each mounts its
+		 * own over it first. */
+		if (mkdir(dst, 0555) != 0 ||
+		    mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+			return FAIL("mount %s: %s", e->dst, strerror(errno));
+		return 0;
+	case SBX_FS_TMPFS:
+		/* Only the mount point: each run mounts its own tmpfs of
+		 * e->size here (sbx_rootfs_run_mounts). */
+		if ((mkdir(dst, 01777) != 0 && errno != EEXIST) || chmod(dst, 01777) != 0)
+			return FAIL("mkdir %s: %s", e->dst, strerror(errno));
+		return 0;
+	case SBX_FS_RO_DEV:
+		if (mount(NULL, dst, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC | MS_NODEV,
+			  "mode=0755,size=64k") != 0)
+			return FAIL("remount %s read-only: %s", e->dst, strerror(errno));
+		return 0;
 	}
-	/* Writable: in a user namespace the kernel mounts each run's own proc
-	 * (sbx_rootfs_run_mounts) writable only where a visible proc is (a
-	 * read-only superblock would lock the run's read-only too).  No run
-	 * ever sees this one: each mounts its own over it first. */
-	if (mkdir(NEW "/proc", 0555) != 0 ||
-	    mount("proc", NEW "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
-		return FAIL("mount /proc: %s", strerror(errno));
-	if (mkdir(NEW "/tmp", 01777) != 0 || chmod(NEW "/tmp", 01777) != 0 ||
-	    mkdir(NEW SBX_SANDBOX_WORKDIR, 0755) != 0)
-		return FAIL("mkdir /tmp: %s", strerror(errno));
-	snprintf(src, sizeof(src), OLD "%s", host_work_dir);
-	if (bind_mount(src, NEW SBX_SANDBOX_WORKDIR, true, false, err) < 0)
-		return -1;
-	for (size_t i = 0; i < opts->n_binds; i++) {
-		char dst[PATH_MAX];
-		snprintf(dst, sizeof(dst), NEW "%s", opts->binds[i].path);
-		snprintf(src, sizeof(src), OLD "%s", opts->binds[i].path);
-		struct stat st;
-		if (stat(src, &st) != 0)
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, errno, "bind %s: %s",
-					   opts->binds[i].path, strerror(errno));
-		if (S_ISDIR(st.st_mode)) {
-			if (mkdirs(dst, 0755) != 0 && access(dst, F_OK) != 0)
-				return FAIL("mkdir %s: %s", dst, strerror(errno));
-		} else if (replicate(opts->binds[i].path, opts->binds[i].writable, true, err) < 0) {
-			return -1;
-		} else {
-			continue;
-		}
-		if (bind_mount(src, dst, opts->binds[i].writable, false, err) < 0)
-			return -1;
-	}
-	return 0;
+	return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "root filesystem: unknown entry %d",
+			   (int)e->kind);
 }
 
-int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
-		     const sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err)
+int sbx_rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err)
 {
-	const char *hostname = opts->hostname ? opts->hostname : "sandbox";
 
 	/* Nothing we mount may propagate back to the host, and host mounts
 	 * made later do not appear here either. */
@@ -373,8 +323,9 @@ int sbx_rootfs_build(const sbx_session_opts *opts, const char *host_work_dir,
 	if (chdir("/") != 0)
 		return FAIL("chdir /: %s", strerror(errno));
 
-	if (build_tree(opts, host_work_dir, gpu, uid, gid, err) < 0)
-		return -1;
+	for (size_t i = 0; i < fs->n; i++)
+		if (sbx_rootfs_mount_entry(&fs->e[i], err) < 0)
+			return -1;
 	if (sethostname(hostname, strlen(hostname)) != 0 ||
 	    setdomainname("localdomain", strlen("localdomain")) != 0)
 		return FAIL("sethostname: %s", strerror(errno));

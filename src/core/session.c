@@ -38,16 +38,14 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "session_impl.h"
 
 #define READY_TIMEOUT_MS SBX_SESSION_READY_TIMEOUT_MS
-#define DEFAULT_TMP_BYTES (256ull << 20)
-#define DEFAULT_SHM_BYTES (64ull << 20)
-#define DEFAULT_NOFILE 1024
 
 /* RLIMIT_NOFILE of every run: the caller's nofile, else 1024 or this
  * process's hard limit if lower (a host under `ulimit -Hn 512` must not
  * make every run fail to set a default it never asked for). */
-static uint64_t run_nofile(const sbx_session_opts *o)
+uint64_t sbx_session_run_nofile(const sbx_session_opts *o)
 {
 	struct rlimit rl;
 
@@ -57,67 +55,7 @@ static uint64_t run_nofile(const sbx_session_opts *o)
 		return rl.rlim_max;
 	return DEFAULT_NOFILE;
 }
-/* Backend "privileged": per-session host uids come from this range. */
-#define PRIV_UID_BASE 300000u
-#define PRIV_UID_SPAN 65536u
-#define MAX_DIRECT 64
-/* Given-back inits kept per mode: as many as runs that go at once, up to
- * this; more are let go (they end).  Each idle one holds two processes, so
- * with a pids ceiling at most 1/16 of it is spent on them. */
-#define MAX_IDLE 32
-#define DEFAULT_PROXY_PORT 3128
 
-struct sbx_session {
-	pid_t zygote;
-	int ctl_fd;
-	int work_fd;
-	int lock_fd;        /* flock'd while the session lives */
-	uid_t host_uid;
-	gid_t host_gid;
-	uid_t aux_uid;      /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
-	bool pinned;
-	char id[33];
-	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
-	char work_dir[PATH_MAX];
-	char backend[16];
-	bool privileged;    /* namespaces without a user namespace (root) */
-	bool none;          /* runs forked by the host itself (none, bubblewrap) */
-	bool bwrap;         /* backend "bubblewrap": each run is one bwrap */
-	char **bwrap_argv;  /* its fixed arguments, owned */
-	struct sock_fprog *prog; /* bubblewrap: the filter each bwrap loads */
-	bool disk_mounted;  /* work dir is a size-capped tmpfs of ours */
-	sbx_cgroup cg;
-	struct sbx_zygote_cfg direct; /* backend "none": what its inits get */
-	int direct_pidfds[MAX_DIRECT]; /* backend "none": inits to reap */
-	size_t n_direct;
-	sbx_gpu gpu;
-	sbx_net net;        /* the network ceiling */
-	int proxy_listener; /* allowlist: the listening socket inside, or -1 */
-	sbx_opennet open;   /* open: the pasta that connects its namespace */
-	/* A warm init of each mode that came while a run of another mode
-	 * waited: kept for the next run of its mode (sock -1: none). */
-	struct {
-		int sock, pidfd;
-		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */
-	} spare[SBX_NET_NMODES];
-	/* With a memory ceiling: the thread that places each offered init in
-	 * a run cgroup of its own (placer.c); offers come from it. */
-	sbx_placer *placer;
-	/* Reuse: runs give their init back through inbox (a socketpair; runs
-	 * hold a copy of inbox[1], not a pointer to us), and take_warm keeps
-	 * them in idle until they say they are ready ("r"). */
-	int inbox[2];
-	struct {
-		int sock, pidfd;
-	} idle[SBX_NET_NMODES][MAX_IDLE];
-	size_t n_idle[SBX_NET_NMODES];
-	size_t max_idle;
-	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
-	/* Between sbx_session_start and sbx_session_finish: the zygote is
-	 * setting up; finish reads its ready message on ctl_fd. */
-	bool pending;
-	char **open_deny; /* open: the caller's deny list, copied for finish */
-};
 
 /* Wait for the zygote's next offer of a warm init (with a memory
  * ceiling: once the placer has put it in its run cgroup, *rc).  -1 with
@@ -177,108 +115,6 @@ static int send_want(sbx_session *s, sbx_net mode)
 	struct sbx_proto_want want = {SBX_PROTO_MAGIC, (uint32_t)mode};
 	/* A full socket cannot happen: one want per offer. */
 	return send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -1 : 0;
-}
-
-/* Reap the direct inits (backend "none") that have ended. */
-static void reap_direct(sbx_session *s, bool wait_all)
-{
-	siginfo_t si;
-	size_t k = 0;
-
-	for (size_t i = 0; i < s->n_direct; i++) {
-		int fd = s->direct_pidfds[i];
-		if (wait_all)
-			sbx_sys_pidfd_send_signal(fd, SIGKILL);
-		memset(&si, 0, sizeof(si));
-		int rc;
-		while ((rc = waitid(P_PIDFD, (id_t)fd, &si, WEXITED | (wait_all ? 0 : WNOHANG))) <
-			       0 &&
-		       errno == EINTR)
-			;
-		if (rc < 0 || si.si_pid != 0) {
-			close(fd);
-			continue;
-		}
-		s->direct_pidfds[k++] = fd;
-	}
-	s->n_direct = k;
-}
-
-/* Backend "none": the host forks the run's init itself, on demand. */
-static int take_direct(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
-{
-	int sp[2], own = -1;
-
-	reap_direct(s, false);
-	if (s->n_direct >= MAX_DIRECT)
-		return sbx_err_set(err, SBX_E_EXECUTION, EAGAIN,
-				   "backend none: more than %d runs at once", MAX_DIRECT);
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
-	/* The child is born with every signal blocked, so one the caller
-	 * sends right after the start waits for init's signalfd instead of
-	 * killing it (the zygote does the same for the native backends). */
-	sigset_t all, old;
-	sigfillset(&all);
-	sigprocmask(SIG_SETMASK, &all, &old);
-	pid_t pid = sbx_sys_clone3_fork(0, &own);
-	if (pid != 0)
-		sigprocmask(SIG_SETMASK, &old, NULL);
-	if (pid < 0) {
-		close(sp[0]);
-		close(sp[1]);
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
-	}
-	if (pid == 0) {
-		close(sp[0]);
-		/* Nothing the host set up (handlers, ignored signals) may
-		 * reach the run; init blocks what it forwards itself. */
-		for (int sig = 1; sig < 65; sig++)
-			if (sig != SIGKILL && sig != SIGSTOP)
-				signal(sig, SIG_DFL);
-		/* Out of the caller's session and group: its terminal's
-		 * Ctrl-C must not reach the run's init. */
-		setsid();
-		/* Into the session's cgroup before anything runs; then say
-		 * so, or a run cgroup the host makes next would lose us. */
-		if (s->cg.version && (sbx_cgroup_attach(&s->cg, getpid(), NULL) < 0 ||
-				      send(sp[1], "c", 1, MSG_NOSIGNAL) != 1))
-			_exit(1);
-		sbx_init_main(&s->direct, sp[1]);
-	}
-	close(sp[1]);
-	s->direct_pidfds[s->n_direct++] = own;
-	char c;
-	ssize_t got = 1;
-	while (s->cg.version && (got = recv(sp[0], &c, 1, 0)) < 0 && errno == EINTR)
-		;
-	if (got != 1) {
-		close(sp[0]);
-		return sbx_err_set(err, SBX_E_EXECUTION, EIO,
-				   "backend none: the run could not join the session's cgroup");
-	}
-	*pidfd = fcntl(own, F_DUPFD_CLOEXEC, 3);
-	*sock = sp[0];
-	if (*pidfd < 0) {
-		close(*sock);
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
-	}
-	return 0;
-}
-
-/* Backends without a zygote end by lifetime when next asked. */
-static bool direct_expired(sbx_session *s)
-{
-	if (!s->direct.lifetime_ms)
-		return false;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	uint64_t ms = (uint64_t)(now.tv_sec - s->t0.tv_sec) * 1000 +
-		      (uint64_t)((now.tv_nsec - s->t0.tv_nsec) / 1000000);
-	if (ms < s->direct.lifetime_ms)
-		return false;
-	reap_direct(s, true);
-	return true;
 }
 
 /* Move what runs gave back into idle; past max_idle they are let go. */
@@ -368,10 +204,10 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "network_mode %s is wider than the session's %s", sbx_net_name(mode),
 				   sbx_net_name(s->net));
-	if (s->none && direct_expired(s))
+	if (s->none && sbx_none_expired(s))
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session's lifetime has passed");
 	if (s->none)
-		return take_direct(s, sock, pidfd, err);
+		return sbx_none_take(s, sock, pidfd, err);
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
 	if (s->pending)
@@ -535,7 +371,7 @@ int sbx_protect_from_oom(sbx_err *err)
 bool sbx_session_alive(sbx_session *s)
 {
 	if (s && s->none)
-		return !direct_expired(s);
+		return !sbx_none_expired(s);
 	if (!s || s->zygote <= 0)
 		return false;
 	int st;
@@ -545,134 +381,6 @@ bool sbx_session_alive(sbx_session *s)
 		return false;
 	}
 	return p == 0;
-}
-
-static int mkdir_owned(const char *path, mode_t mode, sbx_err *err)
-{
-	if (mkdir(path, mode) != 0 && errno != EEXIST)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "mkdir %s: %s", path,
-				   strerror(errno));
-	return 0;
-}
-
-static const char *default_state_dir(char *buf, size_t len)
-{
-	const char *env = getenv("SBX_STATE_DIR");
-	if (env && *env)
-		return env;
-	if (geteuid() == 0)
-		return "/var/lib/sbx";
-	env = getenv("XDG_RUNTIME_DIR");
-	if (env && *env)
-		snprintf(buf, len, "%s/sbx", env);
-	else
-		snprintf(buf, len, "/tmp/sbx-%u", (unsigned)geteuid());
-	return buf;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw);
-
-/*
- * A session dir holds a "lock" file its session keeps flock'd.  A lock we
- * can take belongs to a session whose process died (kill -9, crash): its
- * processes died with it (the zygote has PDEATHSIG), so remove what it left.
- */
-static void sweep_stale(const char *sessions)
-{
-	char path[PATH_MAX];
-	struct dirent *de;
-	DIR *d = opendir(sessions);
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.' || strlen(de->d_name) != 32)
-			continue;
-		snprintf(path, sizeof(path), "%.4000s/%.40s/lock", sessions, de->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		struct stat st;
-		/* No lock yet: a session being created right now, unless old. */
-		if (fd < 0 && (errno != ENOENT || fstatat(dirfd(d), de->d_name, &st, 0) != 0 ||
-			       time(NULL) - st.st_mtime < 60))
-			continue;
-		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
-			close(fd);
-			continue;
-		}
-		snprintf(path, sizeof(path), "%.4000s/%.40s", sessions, de->d_name);
-		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-		if (fd >= 0)
-			close(fd);
-	}
-	closedir(d);
-}
-
-static int prepare_work_dir(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
-{
-	char buf[PATH_MAX], sessions[PATH_MAX];
-	unsigned char rnd[16];
-
-	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "getrandom: %s", strerror(errno));
-	for (int i = 0; i < 16; i++)
-		snprintf(s->id + 2 * i, 3, "%02x", rnd[i]);
-
-	if (o->work_dir) {
-		struct stat st;
-		if (o->work_dir[0] != '/' || !realpath(o->work_dir, s->work_dir))
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, errno,
-					   "work_dir %s: must be an existing absolute directory",
-					   o->work_dir);
-		if (stat(s->work_dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
-		    !strcmp(s->work_dir, "/"))
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENOTDIR,
-					   "work_dir %s: not a directory", o->work_dir);
-		s->pinned = true;
-	} else {
-		const char *state = o->state_dir ? o->state_dir : default_state_dir(buf, sizeof(buf));
-		if (state[0] != '/')
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-					   "state_dir %s: must be absolute", state);
-		if (snprintf(sessions, sizeof(sessions), "%s/sessions", state) >= 4000)
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
-					   "state_dir %s: path too long", state);
-		/* 0711: the sandbox's host uid must traverse to its work dir,
-		 * nobody may list the other sessions. */
-		if (mkdir_owned(state, 0711, err) < 0 || mkdir_owned(sessions, 0711, err) < 0)
-			return -1;
-		if (snprintf(s->session_dir, sizeof(s->session_dir), "%.4000s/%s", sessions, s->id) >=
-			    (int)sizeof(s->session_dir) - 8 ||
-		    snprintf(s->work_dir, sizeof(s->work_dir), "%.4000s/work", s->session_dir) >=
-			    (int)sizeof(s->work_dir))
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
-					   "state_dir %s: path too long", state);
-		sweep_stale(sessions);
-		if (mkdir(s->session_dir, 0711) != 0)
-			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
-					   s->session_dir, strerror(errno));
-		char lock[PATH_MAX];
-		snprintf(lock, sizeof(lock), "%.4000s/lock", s->session_dir);
-		s->lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0 ||
-		    mkdir(s->work_dir, 0700) != 0)
-			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
-					   s->work_dir, strerror(errno));
-	}
-	if (geteuid() == 0 && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s to %u: %s", s->work_dir,
-				   (unsigned)s->host_uid, strerror(errno));
-	s->work_fd = open(s->work_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (s->work_fd < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", s->work_dir,
-				   strerror(errno));
-	return 0;
-}
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 /* Child side: become the sandbox user, build the root, report, serve. */
@@ -749,9 +457,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
 			    (unsigned)zid, strerror(errno));
 	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&
-		   sbx_rootfs_build(o, s->work_dir, &s->gpu,
-				    s->privileged ? s->host_uid : SBX_SANDBOX_UID,
-				    s->privileged ? s->host_gid : SBX_SANDBOX_GID, &err) == 0 &&
+		   sbx_rootfs_build(&s->fs, o->hostname ? o->hostname : "sandbox", &err) == 0 &&
 		   sbx_netns_prepare(netns, &listener, o->network_mode,
 				     o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT, &err) == 0) {
 		err.kind = SBX_E_NONE;
@@ -760,6 +466,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		sbx_zygote_fail(ctl_fd, &err);
 	memset(&cfg, 0, sizeof(cfg));
 	memcpy(cfg.netns_fd, netns, sizeof(netns));
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		cfg.bwrap_data_fd[i] = -1;
 	cfg.warm_mode = o->network_mode;
 	cfg.ctl_fd = ctl_fd;
 	cfg.oom_fd = oom_fd;
@@ -781,13 +489,13 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 		if (sbx_rootfs_is_scratch(o->binds[i].path))
 			cfg.carry[nc++] = o->binds[i].path;
 	cfg.seccomp = prog;
-	cfg.tmp_bytes = o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES;
-	cfg.shm_bytes = o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES;
+	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
+	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
 	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
-	cfg.nofile = run_nofile(o);
+	cfg.nofile = sbx_session_run_nofile(o);
 	cfg.fsize = o->fsize_bytes;
 	/* Become sbx-zygote (zygote_exec.c), which says ready and serves. */
 	sbx_zygote_exec(image_fd, &cfg, listener, &err);
@@ -829,116 +537,6 @@ static int wait_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err
 	return 0;
 }
 
-static const char *bwrap_path(void)
-{
-	const char *env = getenv("SBX_BWRAP");
-	return env && *env ? env : "/usr/bin/bwrap";
-}
-
-/* Append a copy of each string to the NULL-terminated argv (grown). */
-static int argv_add(char ***v, size_t *n, size_t *cap, int count, ...)
-{
-	va_list ap;
-	if (*n + (size_t)count + 1 > *cap) {
-		size_t nc = (*cap ? *cap * 2 : 64) + (size_t)count;
-		char **nv = realloc(*v, nc * sizeof(char *));
-		if (!nv)
-			return -1;
-		*v = nv;
-		*cap = nc;
-	}
-	va_start(ap, count);
-	for (int i = 0; i < count; i++) {
-		const char *a = va_arg(ap, const char *);
-		if (!((*v)[(*n)++] = strdup(a))) {
-			va_end(ap);
-			return -1;
-		}
-	}
-	va_end(ap);
-	(*v)[*n] = NULL;
-	return 0;
-}
-
-/* A host path as bwrap should recreate it: a symlink stays a symlink. */
-static int argv_mirror(char ***v, size_t *n, size_t *cap, const char *path, bool writable)
-{
-	struct stat st;
-	char target[PATH_MAX];
-	if (lstat(path, &st) != 0)
-		return 0; /* "where present", like the native backends */
-	if (S_ISLNK(st.st_mode)) {
-		ssize_t len = readlink(path, target, sizeof(target) - 1);
-		if (len < 0)
-			return 0;
-		target[len] = '\0';
-		return argv_add(v, n, cap, 3, "--symlink", target, path);
-	}
-	return argv_add(v, n, cap, 3, writable ? "--bind" : "--ro-bind", path, path);
-}
-
-/*
- * backend "bubblewrap": the bwrap arguments equivalent to the native
- * backends' filesystem and namespaces: every namespace new, the sandbox
- * user uid/gid 1000 in a user namespace, no capabilities, the policy's
- * system dirs and /etc entries read-only, a minimal read-only /dev, fresh /tmp and
- * /dev/shm of the same sizes, the work dir at /tmp/sandbox-work, the extra
- * binds.  Per run, init.c adds the generated /etc files, remounts / read-
- * only, and passes our seccomp filter and the command.
- */
-static int build_bwrap_argv(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
-{
-	char **v = NULL, num[32], path[PATH_MAX];
-	size_t n = 0, cap = 0;
-	/* With a user namespace of ours (root: make_bwrap_userns) every other
-	 * namespace is new; else bwrap makes the user namespace too. */
-	int rc = s->direct.userns_fd >= 0
-			 ? argv_add(&v, &n, &cap, 5, bwrap_path(), "--unshare-ipc", "--unshare-pid",
-				    "--unshare-net", "--unshare-uts")
-			 : argv_add(&v, &n, &cap, 2, bwrap_path(), "--unshare-all");
-	if (rc == 0 && s->direct.userns_fd >= 0)
-		rc = argv_add(&v, &n, &cap, 1, "--unshare-cgroup-try");
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 10, "--die-with-parent", "--new-session", "--cap-drop",
-			      "ALL", "--uid", "1000", "--gid", "1000", "--hostname",
-			      o->hostname ? o->hostname : "sandbox");
-	for (const char *const *d = o->system_ro; rc == 0 && d && *d; d++)
-		rc = argv_mirror(&v, &n, &cap, *d, false);
-	for (const char *const *e = o->etc_files; rc == 0 && e && *e; e++) {
-		int take = sbx_rootfs_etc_entry(*e, err);
-		if (take < 0)
-			return -1;
-		if (!take)
-			continue;
-		snprintf(path, sizeof(path), "/etc/%s", *e);
-		rc = argv_mirror(&v, &n, &cap, path, false);
-	}
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 4, "--dev", "/dev", "--proc", "/proc");
-	snprintf(num, sizeof(num), "%llu",
-		 (unsigned long long)(o->tmp_bytes ? o->tmp_bytes : DEFAULT_TMP_BYTES));
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 4, "--size", num, "--tmpfs", "/tmp");
-	snprintf(num, sizeof(num), "%llu",
-		 (unsigned long long)(o->shm_bytes ? o->shm_bytes : DEFAULT_SHM_BYTES));
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 7, "--size", num, "--tmpfs", "/dev/shm", "--bind",
-			      s->work_dir, SBX_SANDBOX_WORKDIR);
-	for (size_t i = 0; rc == 0 && i < o->n_binds; i++)
-		rc = argv_add(&v, &n, &cap, 3, o->binds[i].writable ? "--bind" : "--ro-bind",
-			      o->binds[i].path, o->binds[i].path);
-	/* /dev read-only like the native one, once everything below it is
-	 * made (only that mount: /dev/shm and /dev/pts stay writable).
-	 * bwrap's --proc already binds /proc's kernel-wide parts read-only,
-	 * as rootfs.c does. */
-	if (rc == 0)
-		rc = argv_add(&v, &n, &cap, 2, "--remount-ro", "/dev");
-	s->bwrap_argv = v;
-	if (rc < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
-	return 0;
-}
-
 static bool have_cap(cap_value_t cap)
 {
 	cap_t now = cap_get_proc();
@@ -974,11 +572,11 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 				   "backend privileged: creating namespaces without a user namespace "
 				   "needs root (CAP_SYS_ADMIN, CAP_SETUID); run sbxd as root or use "
 				   "backend \"userns\"");
-	if (s->bwrap && access(bwrap_path(), X_OK) != 0)
+	if (s->bwrap && access(sbx_bwrap_path(), X_OK) != 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
 				   "backend bubblewrap: no executable bwrap at %s (install it: "
 				   "apt-get install bubblewrap, or set SBX_BWRAP)",
-				   bwrap_path());
+				   sbx_bwrap_path());
 	if (o->network_mode >= SBX_NET_NMODES)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "network_mode: unknown mode %d",
 				   (int)o->network_mode);
@@ -1083,68 +681,6 @@ static void close_all(int *fds, size_t n)
 	}
 }
 
-/* backend "none": no zygote; each run's init is forked by the host. */
-static int open_direct(sbx_session *s, const sbx_session_opts *o)
-{
-	memset(&s->direct, 0, sizeof(s->direct));
-	s->direct.none = true;
-	s->direct.oom_fd = -1;
-	s->direct.memory_limited = s->cg.oom_path[0] != '\0';
-	s->direct.host_work_dir = s->work_dir;
-	s->direct.uid = geteuid();
-	s->direct.gid = getegid();
-	s->direct.nofile = run_nofile(o);
-	s->direct.fsize = o->fsize_bytes;
-	s->direct.lifetime_ms = o->lifetime_ms;
-	s->direct.userns_fd = -1;
-	clock_gettime(CLOCK_MONOTONIC, &s->t0);
-	return 0;
-}
-
-/*
- * backend bubblewrap as root: a user namespace with the full map (userns.c)
- * that every bwrap of the session joins (--userns), so the ids /etc/passwd
- * lists exist as in the native backends.  It is owned by the sandbox's host
- * uid, which bwrap runs as: a child at that uid creates it, and waits until
- * we wrote the maps and took a handle.
- */
-static int make_bwrap_userns(sbx_session *s, sbx_err *err)
-{
-	int sp[2];
-	char c = 0, path[64];
-
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
-	pid_t pid = fork();
-	if (pid == 0) {
-		close(sp[0]);
-		if (setgroups(0, NULL) == 0 && setresgid(s->host_gid, s->host_gid, s->host_gid) == 0 &&
-		    setresuid(s->host_uid, s->host_uid, s->host_uid) == 0 &&
-		    unshare(CLONE_NEWUSER) == 0 && write(sp[1], "u", 1) == 1)
-			(void)!read(sp[1], &c, 1); /* until the host is done */
-		_exit(0);
-	}
-	close(sp[1]);
-	int rc = -1;
-	if (pid < 0)
-		sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
-	else if (read(sp[0], &c, 1) != 1)
-		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
-			    "backend bubblewrap: could not make a user namespace as uid %u",
-			    (unsigned)s->host_uid);
-	else if (sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) == 0) {
-		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
-		s->direct.userns_fd = open(path, O_RDONLY | O_CLOEXEC);
-		rc = s->direct.userns_fd < 0 ? sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s",
-							   path, strerror(errno))
-					     : 0;
-	}
-	close(sp[0]);
-	while (pid > 0 && waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	return rc;
-}
-
 /* userns as root: the host ids of inside root (sbx-init) and nobody; they
  * must be unprivileged and not the sandbox user's, or the workload would
  * be init's user again. */
@@ -1241,7 +777,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		s->host_uid = geteuid();
 		s->host_gid = getegid();
 	}
-	if (prepare_work_dir(s, o, err) < 0)
+	if (sbx_statedir_prepare(s, o, err) < 0)
 		goto fail;
 	if (s->privileged) {
 		/* A uid of its own per session (from the id's random bits),
@@ -1266,25 +802,28 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		if (sbx_gpu_prepare(&s->gpu, o, lock_dir, err) < 0)
 			goto fail;
 	}
+	/* The root every run sees (backend none has none of its own). */
+	if ((!s->none || s->bwrap) &&
+	    sbx_rootfs_describe(&s->fs, o, s->work_dir, &s->gpu,
+				s->privileged ? s->host_uid : SBX_SANDBOX_UID,
+				s->privileged ? s->host_gid : SBX_SANDBOX_GID, err) < 0)
+		goto fail;
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
 	prog = sbx_seccomp_compile(o->seccomp_deny, o->seccomp_allow, err);
 	if (!prog)
 		goto fail;
 	if (s->none) {
-		open_direct(s, o);
-		if (s->bwrap) {
-			if ((s->aux_uid && make_bwrap_userns(s, err) < 0) ||
-			    build_bwrap_argv(s, o, err) < 0)
-				goto fail;
-			s->prog = prog;
-			s->direct.seccomp = prog;
-			s->direct.bwrap_argv = s->bwrap_argv;
-			s->direct.uid = s->host_uid;
-			s->direct.gid = s->host_gid;
-		} else {
+		sbx_none_start(s, o);
+		if (!s->bwrap) {
 			sbx_seccomp_free(prog);
+			return s;
 		}
+		/* The filter each bwrap loads: the session's now. */
+		s->prog = prog;
+		prog = NULL;
+		if (sbx_bwrap_start(s, o, err) < 0)
+			goto fail;
 		return s;
 	}
 	int image_fd = sbx_zygote_image_fd(err);
@@ -1469,7 +1008,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 		while (waitpid(s->zygote, NULL, 0) < 0 && errno == EINTR)
 			;
 	}
-	reap_direct(s, true);
+	sbx_none_reap(s, true);
 	sbx_opennet_stop(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
@@ -1498,6 +1037,10 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	sbx_gpu_release(&s->gpu);
 	if (s->bwrap && s->direct.userns_fd >= 0)
 		close(s->direct.userns_fd);
+	for (int i = 0; s->bwrap && i < SBX_FS_MAX_DATA; i++)
+		if (s->direct.bwrap_data_fd[i] >= 0)
+			close(s->direct.bwrap_data_fd[i]);
+	sbx_rootfs_free(&s->fs);
 	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
 		free(s->bwrap_argv[i]);
 	free(s->bwrap_argv);
@@ -1508,8 +1051,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (s->disk_mounted && umount2(s->work_dir, MNT_DETACH) != 0 && rc == 0)
 		rc = sbx_err_set(err, SBX_E_EXECUTION, errno, "unmount %s: %s", s->work_dir,
 				 strerror(errno));
-	if (s->session_dir[0] &&
-	    nftw(s->session_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) != 0)
+	if (s->session_dir[0] && sbx_statedir_remove(s->session_dir) != 0)
 		rc = sbx_err_set(err, SBX_E_EXECUTION, errno, "remove %s: %s", s->session_dir,
 				 strerror(errno));
 	if (s->lock_fd >= 0)

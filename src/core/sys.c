@@ -4,11 +4,13 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sched.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -87,4 +89,20 @@ void sbx_close_fds_except(const int *keep, size_t n)
 		lo = (unsigned int)sorted[i] + 1;
 	}
 	syscall(SYS_close_range, lo, ~0U, 0);
+}
+
+int sbx_sealed_data_fd(const char *name, const void *data, size_t len)
+{
+	int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (write(fd, data, len) != (ssize_t)len || lseek(fd, 0, SEEK_SET) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+		int e = errno ? errno : EIO;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
 }

@@ -1,0 +1,140 @@
+/*
+ * backend_none.c: backend "none", and the half of backend "bubblewrap" it
+ * shares: no zygote; the host forks each run's sbx-init itself, on demand,
+ * into the session's cgroup, and reaps it.  A session ends by its lifetime
+ * when next asked (there is no zygote to time it).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+/* Reap the direct inits (backend "none") that have ended. */
+void sbx_none_reap(sbx_session *s, bool wait_all)
+{
+	siginfo_t si;
+	size_t k = 0;
+
+	for (size_t i = 0; i < s->n_direct; i++) {
+		int fd = s->direct_pidfds[i];
+		if (wait_all)
+			sbx_sys_pidfd_send_signal(fd, SIGKILL);
+		memset(&si, 0, sizeof(si));
+		int rc;
+		while ((rc = waitid(P_PIDFD, (id_t)fd, &si, WEXITED | (wait_all ? 0 : WNOHANG))) <
+			       0 &&
+		       errno == EINTR)
+			;
+		if (rc < 0 || si.si_pid != 0) {
+			close(fd);
+			continue;
+		}
+		s->direct_pidfds[k++] = fd;
+	}
+	s->n_direct = k;
+}
+
+/* Backend "none": the host forks the run's init itself, on demand. */
+int sbx_none_take(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
+{
+	int sp[2], own = -1;
+
+	sbx_none_reap(s, false);
+	if (s->n_direct >= MAX_DIRECT)
+		return sbx_err_set(err, SBX_E_EXECUTION, EAGAIN,
+				   "backend none: more than %d runs at once", MAX_DIRECT);
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	/* The child is born with every signal blocked, so one the caller
+	 * sends right after the start waits for init's signalfd instead of
+	 * killing it (the zygote does the same for the native backends). */
+	sigset_t all, old;
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
+	pid_t pid = sbx_sys_clone3_fork(0, &own);
+	if (pid != 0)
+		sigprocmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "fork: %s", strerror(errno));
+	}
+	if (pid == 0) {
+		close(sp[0]);
+		/* Nothing the host set up (handlers, ignored signals) may
+		 * reach the run; init blocks what it forwards itself. */
+		for (int sig = 1; sig < 65; sig++)
+			if (sig != SIGKILL && sig != SIGSTOP)
+				signal(sig, SIG_DFL);
+		/* Out of the caller's session and group: its terminal's
+		 * Ctrl-C must not reach the run's init. */
+		setsid();
+		/* Into the session's cgroup before anything runs; then say
+		 * so, or a run cgroup the host makes next would lose us. */
+		if (s->cg.version && (sbx_cgroup_attach(&s->cg, getpid(), NULL) < 0 ||
+				      send(sp[1], "c", 1, MSG_NOSIGNAL) != 1))
+			_exit(1);
+		sbx_init_main(&s->direct, sp[1]);
+	}
+	close(sp[1]);
+	s->direct_pidfds[s->n_direct++] = own;
+	char c;
+	ssize_t got = 1;
+	while (s->cg.version && (got = recv(sp[0], &c, 1, 0)) < 0 && errno == EINTR)
+		;
+	if (got != 1) {
+		close(sp[0]);
+		return sbx_err_set(err, SBX_E_EXECUTION, EIO,
+				   "backend none: the run could not join the session's cgroup");
+	}
+	*pidfd = fcntl(own, F_DUPFD_CLOEXEC, 3);
+	*sock = sp[0];
+	if (*pidfd < 0) {
+		close(*sock);
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
+	}
+	return 0;
+}
+
+/* Backends without a zygote end by lifetime when next asked. */
+bool sbx_none_expired(sbx_session *s)
+{
+	if (!s->direct.lifetime_ms)
+		return false;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	uint64_t ms = (uint64_t)(now.tv_sec - s->t0.tv_sec) * 1000 +
+		      (uint64_t)((now.tv_nsec - s->t0.tv_nsec) / 1000000);
+	if (ms < s->direct.lifetime_ms)
+		return false;
+	sbx_none_reap(s, true);
+	return true;
+}
+
+/* backend "none": no zygote; each run's init is forked by the host. */
+int sbx_none_start(sbx_session *s, const sbx_session_opts *o)
+{
+	memset(&s->direct, 0, sizeof(s->direct));
+	s->direct.none = true;
+	s->direct.oom_fd = -1;
+	s->direct.memory_limited = s->cg.oom_path[0] != '\0';
+	s->direct.host_work_dir = s->work_dir;
+	s->direct.uid = geteuid();
+	s->direct.gid = getegid();
+	s->direct.nofile = sbx_session_run_nofile(o);
+	s->direct.fsize = o->fsize_bytes;
+	s->direct.lifetime_ms = o->lifetime_ms;
+	s->direct.userns_fd = -1;
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		s->direct.bwrap_data_fd[i] = -1;
+	clock_gettime(CLOCK_MONOTONIC, &s->t0);
+	return 0;
+}

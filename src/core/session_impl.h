@@ -1,0 +1,99 @@
+/*
+ * session_impl.h: a session's private state, shared by the files that make
+ * up a session: session.c (lifecycle, warm pool), statedir.c (its dir under
+ * the state dir), backend_none.c and backend_bubblewrap.c (the backends
+ * whose runs the host starts itself).  Nothing outside src/core sees it.
+ */
+#ifndef SBX_SESSION_IMPL_H
+#define SBX_SESSION_IMPL_H
+
+#include <limits.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define DEFAULT_NOFILE 1024
+/* Backend "privileged": per-session host uids come from this range. */
+#define PRIV_UID_BASE 300000u
+#define PRIV_UID_SPAN 65536u
+#define MAX_DIRECT 64
+/* Given-back inits kept per mode: as many as runs that go at once, up to
+ * this; more are let go (they end).  Each idle one holds two processes, so
+ * with a pids ceiling at most 1/16 of it is spent on them. */
+#define MAX_IDLE 32
+#define DEFAULT_PROXY_PORT 3128
+
+struct sbx_session {
+	pid_t zygote;
+	int ctl_fd;
+	int work_fd;
+	int lock_fd; /* flock'd while the session lives */
+	uid_t host_uid;
+	gid_t host_gid;
+	uid_t aux_uid; /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
+	bool pinned;
+	char id[33];
+	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
+	char work_dir[PATH_MAX];
+	char backend[16];
+	bool privileged;	 /* namespaces without a user namespace (root) */
+	bool none;		 /* runs forked by the host itself (none, bubblewrap) */
+	bool bwrap;		 /* backend "bubblewrap": each run is one bwrap */
+	char **bwrap_argv;	 /* its fixed arguments, owned */
+	struct sock_fprog *prog; /* bubblewrap: the filter each bwrap loads */
+	bool disk_mounted;	 /* work dir is a size-capped tmpfs of ours */
+	sbx_cgroup cg;
+	struct sbx_zygote_cfg direct;  /* backend "none": what its inits get */
+	int direct_pidfds[MAX_DIRECT]; /* backend "none": inits to reap */
+	size_t n_direct;
+	sbx_gpu gpu;
+	sbx_rootfs fs;	    /* the root filesystem, described once */
+	sbx_net net;	    /* the network ceiling */
+	int proxy_listener; /* allowlist: the listening socket inside, or -1 */
+	sbx_opennet open;   /* open: the pasta that connects its namespace */
+	/* A warm init of each mode that came while a run of another mode
+	 * waited: kept for the next run of its mode (sock -1: none). */
+	struct {
+		int sock, pidfd;
+		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */
+	} spare[SBX_NET_NMODES];
+	/* With a memory ceiling: the thread that places each offered init in
+	 * a run cgroup of its own (placer.c); offers come from it. */
+	sbx_placer *placer;
+	/* Reuse: runs give their init back through inbox (a socketpair; runs
+	 * hold a copy of inbox[1], not a pointer to us), and take_warm keeps
+	 * them in idle until they say they are ready ("r"). */
+	int inbox[2];
+	struct {
+		int sock, pidfd;
+	} idle[SBX_NET_NMODES][MAX_IDLE];
+	size_t n_idle[SBX_NET_NMODES];
+	size_t max_idle;
+	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
+	/* Between sbx_session_start and sbx_session_finish: the zygote is
+	 * setting up; finish reads its ready message on ctl_fd. */
+	bool pending;
+	char **open_deny; /* open: the caller's deny list, copied for finish */
+};
+
+/* RLIMIT_NOFILE of every run (session.c). */
+uint64_t sbx_session_run_nofile(const sbx_session_opts *o);
+
+/* statedir.c: the session's id, its dir below the state dir (or the pinned
+ * work dir), swept of dead sessions' leftovers first; 0 or -1 with err. */
+int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+/* Remove a session dir and everything in it (not crossing mounts). */
+int sbx_statedir_remove(const char *dir);
+
+/* backend_none.c: runs whose init the host forks itself (none, bubblewrap). */
+int sbx_none_start(sbx_session *s, const sbx_session_opts *o);
+int sbx_none_take(sbx_session *s, int *sock, int *pidfd, sbx_err *err);
+void sbx_none_reap(sbx_session *s, bool wait_all);
+bool sbx_none_expired(sbx_session *s);
+
+/* backend_bubblewrap.c: where bwrap is; after sbx_none_start, the
+ * session's user namespace (as root) and the fixed bwrap arguments. */
+const char *sbx_bwrap_path(void);
+int sbx_bwrap_start(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * statedir.c: a session's place on the host: its id, its dir below the
+ * state dir (sessions/<id>, holding the work dir and a lock file the
+ * session keeps flock'd), or the caller's pinned work dir; and the sweep
+ * of what sessions whose process died left there.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+static int mkdir_owned(const char *path, mode_t mode, sbx_err *err)
+{
+	if (mkdir(path, mode) != 0 && errno != EEXIST)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "mkdir %s: %s", path,
+				   strerror(errno));
+	return 0;
+}
+
+static const char *default_state_dir(char *buf, size_t len)
+{
+	const char *env = getenv("SBX_STATE_DIR");
+	if (env && *env)
+		return env;
+	if (geteuid() == 0)
+		return "/var/lib/sbx";
+	env = getenv("XDG_RUNTIME_DIR");
+	if (env && *env)
+		snprintf(buf, len, "%s/sbx", env);
+	else
+		snprintf(buf, len, "/tmp/sbx-%u", (unsigned)geteuid());
+	return buf;
+}
+
+/*
+ * A session dir holds a "lock" file its session keeps flock'd.  A lock we
+ * can take belongs to a session whose process died (kill -9, crash): its
+ * processes died with it (the zygote has PDEATHSIG), so remove what it left.
+ */
+static void sweep_stale(const char *sessions)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(sessions);
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		if (de->d_name[0] == '.' || strlen(de->d_name) != 32)
+			continue;
+		snprintf(path, sizeof(path), "%.4000s/%.40s/lock", sessions, de->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		struct stat st;
+		/* No lock yet: a session being created right now, unless old. */
+		if (fd < 0 && (errno != ENOENT || fstatat(dirfd(d), de->d_name, &st, 0) != 0 ||
+			       time(NULL) - st.st_mtime < 60))
+			continue;
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			close(fd);
+			continue;
+		}
+		snprintf(path, sizeof(path), "%.4000s/%.40s", sessions, de->d_name);
+		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(d);
+}
+
+int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	char buf[PATH_MAX], sessions[PATH_MAX];
+	unsigned char rnd[16];
+
+	if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "getrandom: %s", strerror(errno));
+	for (int i = 0; i < 16; i++)
+		snprintf(s->id + 2 * i, 3, "%02x", rnd[i]);
+
+	if (o->work_dir) {
+		struct stat st;
+		if (o->work_dir[0] != '/' || !realpath(o->work_dir, s->work_dir))
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, errno,
+					   "work_dir %s: must be an existing absolute directory",
+					   o->work_dir);
+		if (stat(s->work_dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+		    !strcmp(s->work_dir, "/"))
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENOTDIR,
+					   "work_dir %s: not a directory", o->work_dir);
+		s->pinned = true;
+	} else {
+		const char *state =
+			o->state_dir ? o->state_dir : default_state_dir(buf, sizeof(buf));
+		if (state[0] != '/')
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+					   "state_dir %s: must be absolute", state);
+		if (snprintf(sessions, sizeof(sessions), "%s/sessions", state) >= 4000)
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+					   "state_dir %s: path too long", state);
+		/* 0711: the sandbox's host uid must traverse to its work dir,
+		 * nobody may list the other sessions. */
+		if (mkdir_owned(state, 0711, err) < 0 || mkdir_owned(sessions, 0711, err) < 0)
+			return -1;
+		if (snprintf(s->session_dir, sizeof(s->session_dir), "%.4000s/%s", sessions,
+			     s->id) >= (int)sizeof(s->session_dir) - 8 ||
+		    snprintf(s->work_dir, sizeof(s->work_dir), "%.4000s/work", s->session_dir) >=
+			    (int)sizeof(s->work_dir))
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+					   "state_dir %s: path too long", state);
+		sweep_stale(sessions);
+		if (mkdir(s->session_dir, 0711) != 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
+					   s->session_dir, strerror(errno));
+		char lock[PATH_MAX];
+		snprintf(lock, sizeof(lock), "%.4000s/lock", s->session_dir);
+		s->lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0 ||
+		    mkdir(s->work_dir, 0700) != 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
+					   s->work_dir, strerror(errno));
+	}
+	if (geteuid() == 0 && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s to %u: %s", s->work_dir,
+				   (unsigned)s->host_uid, strerror(errno));
+	s->work_fd = open(s->work_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (s->work_fd < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", s->work_dir,
+				   strerror(errno));
+	return 0;
+}
+
+int sbx_statedir_remove(const char *dir)
+{
+	return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
