@@ -33,7 +33,6 @@
 #include "front.h"
 #include "server.h"
 
-
 int luaopen_sbx_core(lua_State *L);
 
 sbx_srv *sbx_srv_g;
@@ -268,6 +267,7 @@ int main(int argc, char **argv)
 		{"tls-cert", required_argument, 0, 'c'},
 		{"tls-key", required_argument, 0, 'k'},
 		{"insecure", no_argument, 0, 'i'},
+		{"no-front", no_argument, 0, 'N'}, /* hidden: benchmarks only */
 		{"log-level", required_argument, 0, 'L'},
 		{"max-sessions", required_argument, 0, 'S'},
 		{"max-runs", required_argument, 0, 'R'},
@@ -339,6 +339,9 @@ int main(int argc, char **argv)
 			break;
 		case 'i':
 			S.insecure = true;
+			break;
+		case 'N':
+			S.no_front = true;
 			break;
 		case 'L':
 			if (!strcmp(optarg, "error"))

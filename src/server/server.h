@@ -60,6 +60,7 @@ typedef struct sbx_srv {
 	const char *admin_tenant; /* may POST /v1/admin/reload-policy; NULL: nobody */
 	const char *tls_cert, *tls_key;
 	bool insecure;
+	bool no_front; /* --no-front: benchmarks only (listen.c) */
 	int log_level;
 	uint32_t max_sessions;	 /* per tenant */
 	uint32_t max_runs;	 /* concurrent runs per tenant */
@@ -83,8 +84,7 @@ typedef struct sbx_srv {
 
 	/* Lua */
 	lua_State *L;
-	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref, proxy_fd_ref,
-		proxy_step_ref;
+	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref, proxy_fd_ref, proxy_step_ref;
 	int hook_answer_ref; /* sbx.server's hook_answer (task.c), or LUA_NOREF */
 
 	/* auth */
