@@ -33,6 +33,7 @@
 #include "front.h"
 #include "server.h"
 
+
 int luaopen_sbx_core(lua_State *L);
 
 sbx_srv *sbx_srv_g;
