@@ -42,16 +42,12 @@ static void on_accept_unguarded(h2o_socket_t *listener, const char *err)
 	}
 }
 
-static int start_unguarded(sbx_srv *S, int fd, bool loopback, sbx_err *err)
+static void start_unguarded(sbx_srv *S, int fd)
 {
-	if (!loopback || S->tls_cert)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-				   "--no-front is for benchmarks: plain text on loopback only");
 	sbx_srv_log(SRV_LOG_WARN, "event=no_front note=\"unguarded: benchmarks only\"");
 	unguarded = h2o_evloop_socket_create(S->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
 	unguarded->data = S;
 	h2o_socket_read_start(unguarded, on_accept_unguarded);
-	return 0;
 }
 
 static int parse_inet(const char *spec, struct sockaddr_storage *ss, socklen_t *len, bool *loopback,
@@ -194,6 +190,11 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 					   strerror(e));
 		}
 	}
+	if (S->no_front && (!loopback || S->tls_cert)) {
+		close(fd);
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "--no-front is for benchmarks: plain text on loopback only");
+	}
 	if (listen(fd, SOMAXCONN) != 0) {
 		int e = errno;
 		close(fd);
@@ -222,10 +223,7 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 		fflush(stdout);
 	}
 	if (S->no_front) {
-		if (start_unguarded(S, fd, loopback, err) != 0) {
-			close(fd);
-			return -1;
-		}
+		start_unguarded(S, fd);
 		S->listening = true;
 		return 0;
 	}
