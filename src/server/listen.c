@@ -3,7 +3,9 @@
  * or "unix:/path"), TLS with ALPN h2 and http/1.1 when given a
  * certificate; accepted connections go to the front (front.c).  Plain TCP
  * (h2c with prior knowledge, or HTTP/1.1) is refused on a non-loopback
- * address unless --insecure.
+ * address unless --insecure.  The hidden --no-front (benchmarks only:
+ * what the front costs, in one run) gives h2o the accepted sockets
+ * directly, unguarded; it is refused unless plain text on loopback.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +24,31 @@
 #include "front.h"
 
 static const h2o_iovec_t alpn_protos[] = {{H2O_STRLIT("h2")}, {H2O_STRLIT("http/1.1")}, {NULL, 0}};
+
+/* --no-front: accept onto the main loop as sbxd did before the front. */
+static h2o_socket_t *unguarded;
+
+static void on_accept_unguarded(h2o_socket_t *listener, const char *err)
+{
+	sbx_srv *S = listener->data;
+	h2o_socket_t *sock;
+
+	if (err)
+		return;
+	for (int i = 0; i < 64; i++) {
+		if ((sock = h2o_evloop_socket_accept(listener)) == NULL)
+			return;
+		h2o_accept(&S->accept_ctx, sock);
+	}
+}
+
+static void start_unguarded(sbx_srv *S, int fd)
+{
+	sbx_srv_log(SRV_LOG_WARN, "event=no_front note=\"unguarded: benchmarks only\"");
+	unguarded = h2o_evloop_socket_create(S->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+	unguarded->data = S;
+	h2o_socket_read_start(unguarded, on_accept_unguarded);
+}
 
 static int parse_inet(const char *spec, struct sockaddr_storage *ss, socklen_t *len, bool *loopback,
 		      sbx_err *err)
@@ -108,6 +135,7 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 {
 	int fd = -1, one = 1;
 	SSL_CTX *tls = NULL;
+	bool loopback = false;
 
 	if ((S->tls_cert == NULL) != (S->tls_key == NULL))
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
@@ -143,7 +171,6 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 	} else {
 		struct sockaddr_storage ss;
 		socklen_t len = 0;
-		bool loopback = false;
 		if (parse_inet(S->listen, &ss, &len, &loopback, err) != 0)
 			return -1;
 		if (!loopback && !S->tls_cert && !S->insecure)
@@ -162,6 +189,11 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 			return sbx_err_set(err, SBX_E_EXECUTION, e, "--listen %s: %s", S->listen,
 					   strerror(e));
 		}
+	}
+	if (S->no_front && (!loopback || S->tls_cert)) {
+		close(fd);
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "--no-front is for benchmarks: plain text on loopback only");
 	}
 	if (listen(fd, SOMAXCONN) != 0) {
 		int e = errno;
@@ -190,6 +222,11 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 		}
 		fflush(stdout);
 	}
+	if (S->no_front) {
+		start_unguarded(S, fd);
+		S->listening = true;
+		return 0;
+	}
 	/* The front's thread accepts from here on. */
 	if (sbx_front_start(S, fd, tls, err) != 0) {
 		close(fd);
@@ -202,7 +239,13 @@ int sbx_srv_listen_start(sbx_srv *S, sbx_err *err)
 void sbx_srv_listen_stop(sbx_srv *S)
 {
 	if (S->listening) {
-		sbx_front_stop();
+		if (unguarded) {
+			h2o_socket_read_stop(unguarded);
+			h2o_socket_close(unguarded);
+			unguarded = NULL;
+		} else {
+			sbx_front_stop();
+		}
 		S->listening = false;
 	}
 	if (S->unix_path) {

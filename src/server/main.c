@@ -268,6 +268,7 @@ int main(int argc, char **argv)
 		{"tls-cert", required_argument, 0, 'c'},
 		{"tls-key", required_argument, 0, 'k'},
 		{"insecure", no_argument, 0, 'i'},
+		{"no-front", no_argument, 0, 'N'}, /* hidden: benchmarks only */
 		{"log-level", required_argument, 0, 'L'},
 		{"max-sessions", required_argument, 0, 'S'},
 		{"max-runs", required_argument, 0, 'R'},
@@ -339,6 +340,9 @@ int main(int argc, char **argv)
 			break;
 		case 'i':
 			S.insecure = true;
+			break;
+		case 'N':
+			S.no_front = true;
 			break;
 		case 'L':
 			if (!strcmp(optarg, "error"))

@@ -60,6 +60,7 @@ typedef struct sbx_srv {
 	const char *admin_tenant; /* may POST /v1/admin/reload-policy; NULL: nobody */
 	const char *tls_cert, *tls_key;
 	bool insecure;
+	bool no_front; /* --no-front: benchmarks only (listen.c) */
 	int log_level;
 	uint32_t max_sessions;	 /* per tenant */
 	uint32_t max_runs;	 /* concurrent runs per tenant */

@@ -39,6 +39,7 @@
  * map per event, data as bin.  JSON: one object per line (NDJSON), data as
  * a string when it is UTF-8, else data_b64 (base64).
  */
+#define _GNU_SOURCE /* F_SETPIPE_SZ */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -55,6 +56,10 @@
 #include "server.h"
 
 #define SRV_STREAM_CAP (256 * 1024)
+/* The run's stdout/stderr pipes grow from 64 KiB to this: the process
+ * writes more before it blocks, so the loop and the process wake each
+ * other less per MiB streamed (best effort: pipe-max-size may refuse). */
+#define SRV_PIPE_SZ (256 * 1024)
 #define SRV_DETACH_CAP (1024 * 1024) /* events kept for an absent client */
 #define SRV_KEEP_MS (300 * 1000)     /* an ended, unread detached run */
 #define SRV_KEEP_MAX 256             /* detached records at once */
@@ -515,13 +520,15 @@ static void on_ready(h2o_socket_t *sock, const char *err)
 		pump(sr);
 }
 
-static h2o_socket_t *watch_open(sbx_srv_run *sr, int fd)
+static h2o_socket_t *watch_open(sbx_srv_run *sr, int fd, bool output)
 {
 	int d;
 	h2o_socket_t *sock;
 
 	if (fd < 0 || (d = fcntl(fd, F_DUPFD_CLOEXEC, 3)) < 0)
 		return NULL;
+	if (output)
+		(void)fcntl(d, F_SETPIPE_SZ, SRV_PIPE_SZ);
 	sock = h2o_evloop_socket_create(sr->S->ctx.loop, d, H2O_SOCKET_FLAG_DONT_READ);
 	sock->data = sr;
 	h2o_socket_read_start(sock, on_ready);
@@ -600,9 +607,9 @@ static void on_start(h2o_timeout_entry_t *e)
 	sr->S->active_runs++;
 	sbx_srv_m.runs_started++;
 	sbx_srv_log(SRV_LOG_INFO, "event=run_start session=%s", sr->sid);
-	sr->w_out = watch_open(sr, sbx_run_stdout_fd(sr->run));
-	sr->w_err = watch_open(sr, sbx_run_stderr_fd(sr->run));
-	sr->w_status = watch_open(sr, sbx_run_status_fd(sr->run));
+	sr->w_out = watch_open(sr, sbx_run_stdout_fd(sr->run), true);
+	sr->w_err = watch_open(sr, sbx_run_stderr_fd(sr->run), true);
+	sr->w_status = watch_open(sr, sbx_run_status_fd(sr->run), false);
 	h2o_timeout_link(sr->S->ctx.loop, &sr->S->tick_timeout, &sr->tick_entry);
 	pump(sr);
 }

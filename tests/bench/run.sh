@@ -5,7 +5,8 @@
 # backend_bench.lua (open/close and exec latency per backend),
 # policy_overhead.lua, the policy engine's time per run, and
 # remote_bench.lua, sbxd's HTTP/2 API against on-device,
-# loop_bench.py, sbxd's /healthz while sessions open and hooks run, and
+# loop_bench.py, sbxd's /healthz while sessions open and hooks run,
+# front_bench.lua, what sbxd's front costs (with and without it), and
 # netmode_bench.lua, what per-run network modes cost, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
 # loopback.
@@ -39,6 +40,10 @@ cmake --build "$build" -j"$(nproc)" --target sbx-proxy-bench >/dev/null
 echo
 cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
 /usr/bin/python3 tests/bench/loop_bench.py ${SBXD_BEFORE:+--sbxd "$SBXD_BEFORE"} --sbxd "$build/bin/sbxd"
+# What the front costs (issue 14): the same sbxd with and without the
+# front (the hidden, loopback-only --no-front), alternating, as ratios.
+echo
+"$build/bin/sbxlua" tests/bench/front_bench.lua --sbxd "$build/bin/sbxd"
 # The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
 echo
 exec "$build/bin/sbxlua" tests/bench/remote_bench.lua --sbxd "$build/bin/sbxd"

@@ -264,6 +264,20 @@ describe_srv("sbxd listeners", function()
     assert.is_nil(srv)
     assert.matches("refusing plain text on a non%-loopback address", err)
   end)
+
+  it("refuses the benchmarks' --no-front except in plain text on loopback", function()
+    local srv, err = H.start { listen = "0.0.0.0:0", args = { "--insecure", "--no-front" } }
+    assert.is_nil(srv)
+    assert.matches("%-%-no%-front is for benchmarks", err)
+    srv, err = H.start { tls = true, args = { "--no-front" } }
+    assert.is_nil(srv)
+    assert.matches("%-%-no%-front is for benchmarks", err)
+    -- control: on loopback in plain text it serves (unguarded)
+    srv = assert(H.start { args = { "--no-front" } })
+    local body, code = srv:curl("/healthz")
+    srv:cleanup()
+    assert.equals(200, code, body)
+  end)
 end)
 
 describe_srv("sbxd lifetimes", function()
