@@ -126,3 +126,25 @@ int sbx_bwrap_start(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	s->direct.gid = s->host_gid;
 	return 0;
 }
+
+int sbx_bwrap_check(const sbx_session_opts *o, sbx_err *err)
+{
+	(void)o;
+	if (access(sbx_bwrap_path(), X_OK) != 0)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				   "backend bubblewrap: no executable bwrap at %s (install it: "
+				   "apt-get install bubblewrap, or set SBX_BWRAP)",
+				   sbx_bwrap_path());
+	return 0;
+}
+
+/* Runs forked by the host like none's, each one bwrap loading the session's
+ * filter (taken from *prog). */
+int sbx_bwrap_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+			    sbx_err *err)
+{
+	sbx_none_start(s, o);
+	s->prog = *prog;
+	*prog = NULL;
+	return sbx_bwrap_start(s, o, err);
+}

@@ -138,3 +138,13 @@ int sbx_none_start(sbx_session *s, const sbx_session_opts *o)
 	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	return 0;
 }
+
+/* Backend "none": nothing resident; each run's init is forked on demand. */
+int sbx_none_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+			   sbx_err *err)
+{
+	(void)prog;
+	(void)err;
+	sbx_none_start(s, o);
+	return 0;
+}

@@ -14,14 +14,14 @@
  *
  * The workload drops privileges in the order bubblewrap uses: ids, then
  * no_new_privs and capabilities, fds marked close-on-exec, seccomp last,
- * right before execve.
+ * right before execve: one ordered list of steps per backend (privdrop.c).
+ * Backend bubblewrap's runs exec bwrap instead (backend_bubblewrap_run.c).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -34,17 +34,12 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
-
-#ifndef CLOSE_RANGE_CLOEXEC
-#define CLOSE_RANGE_CLOEXEC (1U << 2)
-#endif
 
 /* Signals init forwards to the run when they come from outside. */
 static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
@@ -169,98 +164,6 @@ static int unpack(const struct sbx_proto_run *req, const char *payload, const ch
 	return 0;
 }
 
-/* The session's generated files (sealed memfds that bwrap_argv names with
- * --ro-bind-data): bwrap reads each to its end, so each run reads an open
- * file of its own from offset 0 (a reopen through /proc), at the same fd
- * number, kept across the exec. */
-static int reopen_data_fds(const struct sbx_zygote_cfg *cfg)
-{
-	char path[64];
-
-	for (int i = 0; i < SBX_FS_MAX_DATA && cfg->bwrap_data_fd[i] >= 0; i++) {
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", cfg->bwrap_data_fd[i]);
-		int fd = open(path, O_RDONLY);
-		if (fd < 0 || dup2(fd, cfg->bwrap_data_fd[i]) < 0)
-			return -1;
-		close(fd);
-	}
-	return 0;
-}
-
-/*
- * Backend "bubblewrap": exec bwrap with the session's fixed arguments (the
- * filesystem view, namespaces, uid 1000, no capabilities), this run's
- * generated /etc files and our compiled seccomp filter passed as fds,
- * the cwd, and the command.  Returns only on failure, reported on
- * status_fd.
- */
-static void exec_bwrap(const struct sbx_zygote_cfg *cfg, const char *cwd, const char **argv,
-		       const char **envp, int status_fd)
-{
-	char seccomp_num[16];
-	size_t n_fixed = 0, n_argv = 0;
-
-	for (char *const *a = cfg->bwrap_argv; *a; a++)
-		n_fixed++;
-	while (argv[n_argv])
-		n_argv++;
-	int seccomp_fd = sbx_sealed_data_fd("sbx-seccomp", cfg->seccomp->filter,
-					    cfg->seccomp->len * sizeof(struct sock_filter));
-	/* bwrap reads the filter from its fd: not close-on-exec. */
-	if (seccomp_fd < 0 || fcntl(seccomp_fd, F_SETFD, 0) != 0 || reopen_data_fds(cfg) < 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "memfd: %s",
-				strerror(errno));
-		return;
-	}
-	snprintf(seccomp_num, sizeof(seccomp_num), "%d", seccomp_fd);
-	const char **v = calloc(n_fixed + n_argv + 28, sizeof(*v));
-	if (!v)
-		return;
-	size_t k = 0;
-	for (size_t i = 0; i < n_fixed; i++)
-		v[k++] = cfg->bwrap_argv[i];
-	/* Join the session's user namespace (the ids a host has: userns.c).
-	 * bwrap passes every fd it was given on to the command, but closes
-	 * its --sync-fd there: the same fd as both keeps it out of the run. */
-	char usernum[16];
-	if (cfg->userns_fd >= 0) {
-		snprintf(usernum, sizeof(usernum), "%d", cfg->userns_fd);
-		if (fcntl(cfg->userns_fd, F_SETFD, 0) != 0) {
-			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "userns fd: %s",
-					strerror(errno));
-			return;
-		}
-		v[k++] = "--userns";
-		v[k++] = usernum;
-		v[k++] = "--sync-fd";
-		v[k++] = usernum;
-	}
-	/* Read-only like the native root, once everything is in place. */
-	v[k++] = "--remount-ro";
-	v[k++] = "/";
-	v[k++] = "--seccomp";
-	v[k++] = seccomp_num;
-	v[k++] = "--chdir";
-	v[k++] = cwd;
-	v[k++] = "--";
-	/* bwrap always sets PWD; the native backends give exactly the
-	 * environment asked for, so take it out again unless it was asked. */
-	bool want_pwd = false;
-	for (const char **e = envp; *e; e++)
-		want_pwd = want_pwd || !strncmp(*e, "PWD=", 4);
-	if (!want_pwd && access("/usr/bin/env", X_OK) == 0) {
-		v[k++] = "/usr/bin/env";
-		v[k++] = "-u";
-		v[k++] = "PWD";
-	}
-	for (size_t i = 0; i < n_argv; i++)
-		v[k++] = argv[i];
-	v[k] = NULL;
-	execve(v[0], (char *const *)v, (char *const *)envp);
-	sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s", v[0],
-			strerror(errno));
-}
-
 /* What the workload tells init when the request has come: the run's
  * timeout, with the status pipe attached (SCM_RIGHTS). */
 struct started {
@@ -318,7 +221,7 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	struct sbx_proto_run req;
 	const char *cwd, **argv, **envp, *what = NULL;
 	int fds[4], err_no = 0;
-	sbx_err err;
+	struct sbx_privdrop_fail drop;
 	sigset_t none;
 
 	sigemptyset(&none);
@@ -327,50 +230,10 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	/* Its own session: no controlling terminal of ours, its own group. */
 	setsid();
-	err.msg[0] = '\0';
-	/* Ids first: the uid is already 1000, but make every id 1000 and drop
-	 * any supplementary group (setgroups is denied when the host side is
-	 * unprivileged; then there is nothing to drop). */
-	/* rlimits, a second layer under the cgroup: no core dumps, a bounded
-	 * fd table, an optional file size cap (paid here, while idle). */
-	struct rlimit core = {0, 0}, nofile = {cfg->nofile, cfg->nofile},
-		      fsize = {cfg->fsize ? cfg->fsize : RLIM_INFINITY,
-			       cfg->fsize ? cfg->fsize : RLIM_INFINITY};
-	if (setrlimit(RLIMIT_CORE, &core) != 0 ||
-	    (cfg->nofile && setrlimit(RLIMIT_NOFILE, &nofile) != 0) ||
-	    (cfg->fsize && setrlimit(RLIMIT_FSIZE, &fsize) != 0))
-		what = "rlimits", err_no = errno;
-	else if (cfg->none && !cfg->bwrap_argv)
-		; /* backend "none": the host's own user, no isolation at all */
-	else if (cfg->bwrap_argv &&
-		 ((setgroups(0, NULL) != 0 && errno != EPERM) ||
-		  setresgid(cfg->gid, cfg->gid, cfg->gid) != 0 ||
-		  setresuid(cfg->uid, cfg->uid, cfg->uid) != 0 ||
-		  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0))
-		/* backend "bubblewrap": bwrap runs as the session's
-		 * unprivileged host uid (uid 1000 in its user namespace); it
-		 * drops capabilities and loads our filter itself. */
-		what = "become the sandbox's host user", err_no = errno;
-	else if (cfg->bwrap_argv)
-		;
-	else if (setgroups(0, NULL) != 0 && errno != EPERM)
-		what = "setgroups", err_no = errno;
-	else if (setresgid(cfg->gid, cfg->gid, cfg->gid) != 0 ||
-		 setresuid(cfg->uid, cfg->uid, cfg->uid) != 0)
-		what = "become the sandbox user", err_no = errno;
-	else if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		what = "no_new_privs", err_no = errno;
-	else if (sbx_caps_drop_all(&err) < 0)
-		what = err.msg, err_no = err.sys_errno;
-	/* Everything but stdio goes at exec; the status fd stays usable until
-	 * then to report a failed exec. */
-	else if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-		what = "close fds", err_no = errno;
-	else if (!cfg->none && sbx_seccomp_install(cfg->seccomp, &err) < 0)
-		what = err.msg, err_no = err.sys_errno;
-	/* none / bubblewrap left the chain early: their fds go at exec too. */
-	if (!what && cfg->none && syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-		what = "close fds", err_no = errno;
+	/* The backend's privilege drop, one ordered list of steps each
+	 * (privdrop.c); a failure is reported once the request has come. */
+	if (sbx_privdrop(cfg, &drop) < 0)
+		what = drop.what, err_no = drop.err_no;
 
 	/* Without a PID namespace, init's end would not end us: ask for it,
 	 * after the ids changed (a change of credentials clears the setting),
@@ -402,37 +265,8 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, EINVAL, 0, "malformed run request");
 		_exit(127);
 	}
-	if (cfg->bwrap_argv) {
-		/* Failures bwrap would only print: the cwd (the work dir is
-		 * the same dir on the host) and an absolute program path (the
-		 * sandbox sees host paths at the same place, the work dir
-		 * aside). */
-		char host[PATH_MAX];
-		size_t wl = strlen(SBX_SANDBOX_WORKDIR);
-		snprintf(host, sizeof(host), "%.2048s%.2000s", cfg->host_work_dir, cwd + wl);
-		int bad = strncmp(cwd, SBX_SANDBOX_WORKDIR, wl) ? ENOENT
-			  : access(host, X_OK) != 0   ? errno
-						      : 0;
-		if (bad) {
-			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, bad, 0, "cwd %s: %s", cwd,
-					strerror(bad));
-			_exit(127);
-		}
-		if (argv[0][0] == '/') {
-			if (!strncmp(argv[0], SBX_SANDBOX_WORKDIR "/", wl + 1))
-				snprintf(host, sizeof(host), "%.2048s%.2000s", cfg->host_work_dir,
-					 argv[0] + wl);
-			else
-				snprintf(host, sizeof(host), "%.4000s", argv[0]);
-			if (access(host, F_OK) != 0) {
-				sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "exec %s: %s",
-						argv[0], strerror(errno));
-				_exit(127);
-			}
-		}
-		exec_bwrap(cfg, cwd, argv, envp, status_fd);
-		_exit(127);
-	}
+	if (cfg->bwrap_argv)
+		sbx_bwrap_run_exec(cfg, cwd, argv, envp, status_fd);
 	char host_cwd[PATH_MAX];
 	if (cfg->none && !strncmp(cwd, SBX_SANDBOX_WORKDIR, strlen(SBX_SANDBOX_WORKDIR))) {
 		/* No mount namespace: the inside path is the host work dir. */

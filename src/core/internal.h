@@ -237,6 +237,21 @@ __attribute__((noreturn)) void sbx_zygote_fail(int ctl_fd, const sbx_err *err);
  * over sock. */
 __attribute__((noreturn)) void sbx_init_main(const struct sbx_zygote_cfg *cfg, int sock);
 
+/* The workload's privilege drop, one ordered step list per backend
+ * (privdrop.c): 0, or -1 with the failed step in *f (what: its name or
+ * message, err_no: its cause). */
+struct sbx_privdrop_fail {
+	const char *what;
+	int err_no;
+	sbx_err err; /* what points here for steps that fill an sbx_err */
+};
+int sbx_privdrop(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f);
+/* Backend bubblewrap, in a run's workload: check the cwd and program, exec
+ * bwrap (backend_bubblewrap_run.c); failures go to status_fd, exit 127. */
+__attribute__((noreturn)) void sbx_bwrap_run_exec(const struct sbx_zygote_cfg *cfg,
+						  const char *cwd, const char **argv,
+						  const char **envp, int status_fd);
+
 /* Write a status record; used by init and the workload before exec. */
 void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t timed_out,
 		     const char *fmt, ...) __attribute__((format(printf, 6, 7)));

@@ -1,8 +1,9 @@
 /*
  * session_impl.h: a session's private state, shared by the files that make
  * up a session: session.c (lifecycle, warm pool), statedir.c (its dir under
- * the state dir), backend_none.c and backend_bubblewrap.c (the backends
- * whose runs the host starts itself).  Nothing outside src/core sees it.
+ * the state dir), backend_zygote.c (userns, privileged: the zygote's start),
+ * backend_none.c and backend_bubblewrap.c (the backends whose runs the host
+ * starts itself).  Nothing outside src/core sees it.
  */
 #ifndef SBX_SESSION_IMPL_H
 #define SBX_SESSION_IMPL_H
@@ -36,6 +37,7 @@ struct sbx_session {
 	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
 	char work_dir[PATH_MAX];
 	char backend[16];
+	const struct sbx_backend *be; /* backend.c's entry */
 	bool privileged;	 /* namespaces without a user namespace (root) */
 	bool none;		 /* runs forked by the host itself (none, bubblewrap) */
 	bool bwrap;		 /* backend "bubblewrap": each run is one bwrap */
@@ -76,6 +78,28 @@ struct sbx_session {
 	char **open_deny; /* open: the caller's deny list, copied for finish */
 };
 
+/*
+ * A backend: what differs per backend, named once (backend.c's table); to
+ * change a backend, edit the file its functions live in.
+ */
+struct sbx_backend {
+	const char *name;
+	bool privileged; /* namespaces without a user namespace (root) */
+	bool none;	 /* no zygote: the host forks each run's init (backend_none.c) */
+	bool bwrap;	 /* each run is one bwrap (backend_bubblewrap*.c) */
+	/* Whether it can work here (NULL: always): 0, or -1 with err saying
+	 * what is missing. */
+	int (*check)(const sbx_session_opts *o, sbx_err *err);
+	/* Start the session's processes, once its dir, root description,
+	 * cgroup and filter are made; it may take *prog (then sets it NULL).
+	 * 0: ready; 1: setting up (sbx_session_finish waits); -1 with err
+	 * (the caller closes the session). */
+	int (*start)(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+		     sbx_err *err);
+};
+/* The backend of that name, or NULL. */
+const struct sbx_backend *sbx_backend_find(const char *name);
+
 /* RLIMIT_NOFILE of every run (session.c). */
 uint64_t sbx_session_run_nofile(const sbx_session_opts *o);
 
@@ -85,8 +109,20 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 /* Remove a session dir and everything in it (not crossing mounts). */
 int sbx_statedir_remove(const char *dir);
 
+/* backend_zygote.c: backends userns and privileged.  Start clones the
+ * zygote (prog stays the caller's: the zygote has its own copy) and
+ * returns 1; ready waits up to timeout_ms for its ready message, *open_ns
+ * receiving the open namespace's fd (or -1): 0, 1 when it has not come
+ * yet, or -1 with err.  Privileged needs root. */
+int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+			     sbx_err *err);
+int sbx_privileged_check(const sbx_session_opts *o, sbx_err *err);
+int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err);
+
 /* backend_none.c: runs whose init the host forks itself (none, bubblewrap). */
 int sbx_none_start(sbx_session *s, const sbx_session_opts *o);
+int sbx_none_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+			   sbx_err *err);
 int sbx_none_take(sbx_session *s, int *sock, int *pidfd, sbx_err *err);
 void sbx_none_reap(sbx_session *s, bool wait_all);
 bool sbx_none_expired(sbx_session *s);
@@ -95,5 +131,9 @@ bool sbx_none_expired(sbx_session *s);
  * session's user namespace (as root) and the fixed bwrap arguments. */
 const char *sbx_bwrap_path(void);
 int sbx_bwrap_start(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+/* Its check (an executable bwrap) and start (takes the filter). */
+int sbx_bwrap_check(const sbx_session_opts *o, sbx_err *err);
+int sbx_bwrap_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+			    sbx_err *err);
 
 #endif

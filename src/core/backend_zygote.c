@@ -1,0 +1,323 @@
+/*
+ * backend_zygote.c: how backends "userns" and "privileged" start a session:
+ * clone the zygote into fresh mount, PID, network, IPC and UTS namespaces
+ * (and a user namespace for userns: its id maps written from here), let it
+ * join the session's cgroup, become the sandbox user (userns), build the
+ * root and exec sbx-zygote (zygote_exec.c); then read its ready message.
+ * The two backends differ only where s->privileged says so: no user
+ * namespace, the zygote stays host root, each run gets the session's own
+ * unprivileged host uid.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "session_impl.h"
+
+/* The cgroup.procs files the zygote writes itself into (zygote_child),
+ * one per controller the session made (-1 elsewhere): the same files
+ * sbx_cgroup_attach writes, opened by the host, which may. */
+static int open_cgroup_procs(const sbx_cgroup *cg, int *procs, sbx_err *err)
+{
+	for (int i = 0; i < SBX_CG_NCTL; i++) {
+		char path[PATH_MAX + 16];
+		if (!cg->version || !cg->made[i])
+			continue;
+		snprintf(path, sizeof(path), "%s/cgroup.procs",
+			 i == 0 && cg->leaf[0] ? cg->leaf : cg->dir[i]);
+		procs[i] = open(path, O_WRONLY | O_CLOEXEC);
+		if (procs[i] < 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
+					   strerror(errno));
+	}
+	return 0;
+}
+
+static void close_all(int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (fds[i] >= 0)
+			close(fds[i]);
+		fds[i] = -1;
+	}
+}
+
+/* Child side: become the sandbox user, build the root, report, serve. */
+static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, const sbx_session *s,
+						   int sync_fd, int ctl_fd, int image_fd,
+						   const struct sock_fprog *prog, const int *procs)
+{
+	struct sbx_zygote_cfg cfg;
+	sbx_err err;
+	char c;
+	int netns[SBX_NET_NMODES] = {-1, -1, -1}, listener = -1;
+
+	memset(&err, 0, sizeof(err));
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* Into the session's cgroup before anything else: every run inherits
+	 * its ceilings.  We move ourselves (the host opened the files): the
+	 * move waits out an RCU grace period (~5-15 ms, cgroup v1), which is
+	 * then ours to wait, not the host's (sbxd's loop). */
+	for (int i = 0; i < SBX_CG_NCTL; i++) {
+		if (procs[i] >= 0 && write(procs[i], "0", 1) != 1) {
+			sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "join the session's cgroup: %s", strerror(errno));
+			sbx_zygote_fail(ctl_fd, &err);
+		}
+	}
+	/* A session and process group of our own, without a terminal: a
+	 * terminal's Ctrl-C, or any signal to the caller's group, reaches
+	 * neither us nor the inits we fork. */
+	setsid();
+	/* Tests only: hold the setup until someone opens this FIFO for
+	 * writing, so a spec can keep a session open pending as long as it
+	 * likes (tests/spec/server_loop_spec.lua).  Delays only this session. */
+	const char *hold = getenv("SBX_TEST_HOLD_OPEN_FIFO");
+	if (hold && *hold) {
+		int h = open(hold, O_RDONLY | O_CLOEXEC);
+		if (h >= 0)
+			close(h);
+	}
+	/* Nothing of the host process may reach the sandbox: not its other
+	 * sessions' sockets, not its terminal. */
+	int keep[3] = {sync_fd, ctl_fd, image_fd};
+	sbx_close_fds_except(keep, 3);
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	for (int i = 0; devnull >= 0 && i < 3; i++)
+		dup2(devnull, i);
+	if (devnull > 2)
+		close(devnull);
+	/* Wait until the host has written our id maps. */
+	if (read(sync_fd, &c, 1) != 1)
+		_exit(1);
+	close(sync_fd);
+	/* We are in the session's cgroup: root a cgroup namespace there, so
+	 * the runs see "/" and never the session's path. */
+	if (unshare(CLONE_NEWCGROUP) != 0) {
+		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup namespace: %s",
+			    strerror(errno));
+		sbx_zygote_fail(ctl_fd, &err);
+	}
+	/* Our own oom_score_adj, opened while the host's /proc is still
+	 * here and we are still its uid: see warm_offer. */
+	int oom_fd = s->cg.oom_path[0] ? open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC) : -1;
+	/* userns: the zygote is the sandbox user, holding the capabilities
+	 * of its own user namespace.  privileged: there is no user namespace,
+	 * so the zygote stays host root (it must mount for every run); each
+	 * workload becomes the session's unprivileged host uid and drops
+	 * every capability before it runs anything. */
+	/* With inside root mapped (host side root: userns.c) the zygote, and
+	 * so every sbx-init, is root inside: another user than the workload,
+	 * which then cannot signal, ptrace or prlimit it.  Otherwise there is
+	 * one id, the sandbox user's. */
+	uid_t zid = s->aux_uid ? 0 : SBX_SANDBOX_UID;
+	if (!s->privileged && ((setgroups(0, NULL) != 0 && errno != EPERM) ||
+			       setresgid(zid, zid, zid) != 0 || setresuid(zid, zid, zid) != 0)) {
+		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
+			    (unsigned)zid, strerror(errno));
+	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&
+		   sbx_rootfs_build(&s->fs, o->hostname ? o->hostname : "sandbox", &err) == 0 &&
+		   sbx_netns_prepare(netns, &listener, o->network_mode,
+				     o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT,
+				     &err) == 0) {
+		err.kind = SBX_E_NONE;
+	}
+	if (err.kind != SBX_E_NONE)
+		sbx_zygote_fail(ctl_fd, &err);
+	memset(&cfg, 0, sizeof(cfg));
+	memcpy(cfg.netns_fd, netns, sizeof(netns));
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		cfg.bwrap_data_fd[i] = -1;
+	cfg.warm_mode = o->network_mode;
+	cfg.ctl_fd = ctl_fd;
+	cfg.oom_fd = oom_fd;
+	/* The host made us immune where it could (CAP_SYS_RESOURCE). */
+	snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "0");
+	if (oom_fd >= 0) {
+		char v[8] = "";
+		if (pread(oom_fd, v, sizeof(v) - 1, 0) > 0 && !strncmp(v, "-1000", 5))
+			snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "-1000");
+	}
+	cfg.memory_limited = s->cg.oom_path[0] != '\0';
+	/* Inits serve run after run where the host made an inbox for them
+	 * (not with a memory ceiling: a memory-limited run lives in a cgroup
+	 * of its own, which its init joins and dies with). */
+	cfg.reuse = s->inbox[0] >= 0;
+	size_t nc = 0;
+	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
+	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
+		if (sbx_rootfs_is_scratch(o->binds[i].path))
+			cfg.carry[nc++] = o->binds[i].path;
+	cfg.seccomp = prog;
+	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
+	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
+	cfg.lifetime_ms = o->lifetime_ms;
+	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
+	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
+	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
+	cfg.nofile = sbx_session_run_nofile(o);
+	cfg.fsize = o->fsize_bytes;
+	/* Become sbx-zygote (zygote_exec.c), which says ready and serves. */
+	sbx_zygote_exec(image_fd, &cfg, listener, &err);
+	sbx_zygote_fail(ctl_fd, &err);
+}
+
+/* The ready message, waiting up to timeout_ms for it; *open_ns receives
+ * the open namespace's fd (or -1).  Returns 0, 1 when it has not come yet,
+ * or -1 with err. */
+int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err)
+{
+	struct sbx_proto_ready ready;
+	struct pollfd pfd = {s->ctl_fd, POLLIN, 0};
+	int fds[2] = {-1, -1};
+	size_t nfds;
+	int n;
+
+	while ((n = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
+		;
+	if (n == 0)
+		return 1;
+	memset(&ready, 0, sizeof(ready));
+	ssize_t got = sbx_proto_recv_fds(s->ctl_fd, &ready, sizeof(ready), fds, 2, &nfds);
+	size_t i = 0;
+	if (got == (ssize_t)sizeof(ready) && (ready.fds & SBX_READY_LISTENER) && i < nfds)
+		s->proxy_listener = fds[i++];
+	if (got == (ssize_t)sizeof(ready) && (ready.fds & SBX_READY_OPEN_NS) && i < nfds)
+		*open_ns = fds[i++];
+	for (; i < nfds; i++)
+		close(fds[i]);
+	if (got != (ssize_t)sizeof(ready) || ready.magic != SBX_PROTO_MAGIC)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPIPE,
+				   "backend %s: the sandbox died while setting up", s->backend);
+	if (ready.kind != SBX_E_NONE) {
+		ready.msg[sizeof(ready.msg) - 1] = '\0';
+		return sbx_err_set(err, (sbx_err_kind)ready.kind, ready.err_no, "backend %s: %s",
+				   s->backend, ready.msg);
+	}
+	return 0;
+}
+
+/* Clone the zygote and let it set up; its ready message comes later
+ * (sbx_zygote_backend_ready).  *prog stays the caller's (the zygote has
+ * its own copy).  1, or -1 with err (the caller closes the session). */
+int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
+			     sbx_err *err)
+{
+	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, procs[SBX_CG_NCTL];
+
+	for (int i = 0; i < SBX_CG_NCTL; i++)
+		procs[i] = -1;
+	int image_fd = sbx_zygote_image_fd(err);
+	if (image_fd < 0)
+		goto fail;
+	if (pipe2(sync, O_CLOEXEC) != 0 ||
+	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+		goto fail;
+	}
+	/* Runs give inits back here (cfg.reuse in zygote_child); never
+	 * blocking a run's end: a full inbox lets the init go. */
+	if (!s->cg.oom_path[0] && s->max_idle &&
+	    (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->inbox) !=
+	     0)) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+		goto fail;
+	}
+	if (open_cgroup_procs(&s->cg, procs, err) < 0)
+		goto fail;
+	/* No cgroup namespace yet: the child joins the session's cgroup
+	 * first (a move out of its namespace's root would be refused). */
+	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+	if (!s->privileged)
+		flags |= CLONE_NEWUSER;
+	pid_t pid = sbx_sys_clone3_fork(flags, NULL);
+	if (pid < 0) {
+		if (s->privileged)
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "backend privileged: the kernel refused to create namespaces: "
+				    "%s",
+				    strerror(errno));
+		else
+			sbx_userns_explain(errno, err);
+		goto fail;
+	}
+	if (pid == 0) {
+		close(sync[1]);
+		close(ctl[0]);
+		zygote_child(o, s, sync[0], ctl[1], image_fd, *prog, procs);
+	}
+	s->zygote = pid;
+	close(sync[0]);
+	close(ctl[1]);
+	sync[0] = ctl[1] = -1;
+	s->ctl_fd = ctl[0];
+	if (!s->privileged &&
+	    sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) < 0)
+		goto fail;
+	/* nofile above our hard limit: the workloads cannot raise theirs
+	 * (no CAP_SYS_RESOURCE of the host's), so root raises the zygote's,
+	 * which every run inherits. */
+	struct rlimit nf;
+	if (o->nofile && prlimit(pid, RLIMIT_NOFILE, NULL, &nf) == 0 && nf.rlim_max < o->nofile) {
+		nf.rlim_max = o->nofile;
+		if (prlimit(pid, RLIMIT_NOFILE, &nf, NULL) != 0) {
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+				    "nofile = %llu: raise the sandbox's hard limit: %s",
+				    (unsigned long long)o->nofile, strerror(errno));
+			goto fail;
+		}
+	}
+	close_all(procs, SBX_CG_NCTL);
+	/* With a memory ceiling, the OOM killer must take a run, never the
+	 * session: its runs get 1000 (zygote.c); the zygote itself -1000
+	 * where we may lower it (CAP_SYS_RESOURCE; otherwise it stays 0, and
+	 * its size, shared with ours, is what keeps it safe). */
+	if (s->cg.oom_path[0]) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+		int fd = open(path, O_WRONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			(void)!write(fd, "-1000", 5);
+			close(fd);
+		}
+	}
+	if (write(sync[1], "x", 1) != 1) {
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "start the sandbox: %s", strerror(errno));
+		goto fail;
+	}
+	close(sync[1]);
+	sync[1] = -1;
+	return 1;
+fail:
+	for (int i = 0; i < 2; i++) {
+		if (sync[i] >= 0)
+			close(sync[i]);
+	}
+	if (ctl[1] >= 0)
+		close(ctl[1]);
+	close_all(procs, SBX_CG_NCTL);
+	return -1;
+}
+
+int sbx_privileged_check(const sbx_session_opts *o, sbx_err *err)
+{
+	(void)o;
+	if (geteuid() != 0)
+		return sbx_err_set(
+			err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+			"backend privileged: creating namespaces without a user namespace "
+			"needs root (CAP_SYS_ADMIN, CAP_SETUID); run sbxd as root or use "
+			"backend \"userns\"");
+	return 0;
+}

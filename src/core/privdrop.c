@@ -1,0 +1,138 @@
+/*
+ * privdrop.c: how a run's workload gives up its privileges, one ordered
+ * list of steps per backend (read top to bottom; the first failing step
+ * ends the list).  The workload (init.c) runs the list before the request
+ * comes, so it is paid while the session is idle, and reports a failure on
+ * the request's status fd instead of running the command.
+ *
+ * The native backends follow bubblewrap's order: ids, then no_new_privs and
+ * capabilities, fds marked close-on-exec, seccomp last, right before execve.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <grp.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+/* Record the failed step (errno is its cause); always -1. */
+static int failed(struct sbx_privdrop_fail *f, const char *what)
+{
+	f->what = what;
+	f->err_no = errno;
+	return -1;
+}
+
+/* A step that filled f->err: its message is what failed. */
+static int failed_err(struct sbx_privdrop_fail *f)
+{
+	f->what = f->err.msg;
+	f->err_no = f->err.sys_errno;
+	return -1;
+}
+
+/* rlimits, a second layer under the cgroup: no core dumps, a bounded fd
+ * table, an optional file size cap. */
+static int set_rlimits(const struct sbx_zygote_cfg *cfg)
+{
+	struct rlimit core = {0, 0}, nofile = {cfg->nofile, cfg->nofile},
+		      fsize = {cfg->fsize ? cfg->fsize : RLIM_INFINITY,
+			       cfg->fsize ? cfg->fsize : RLIM_INFINITY};
+
+	if (setrlimit(RLIMIT_CORE, &core) != 0 ||
+	    (cfg->nofile && setrlimit(RLIMIT_NOFILE, &nofile) != 0) ||
+	    (cfg->fsize && setrlimit(RLIMIT_FSIZE, &fsize) != 0))
+		return -1;
+	return 0;
+}
+
+/* Drop any supplementary group (setgroups is denied when the host side is
+ * unprivileged; then there is nothing to drop). */
+static int drop_groups(void)
+{
+	return setgroups(0, NULL) != 0 && errno != EPERM ? -1 : 0;
+}
+
+/* Every id the run's (the uid may already be it: make them all so). */
+static int set_ids(const struct sbx_zygote_cfg *cfg)
+{
+	if (setresgid(cfg->gid, cfg->gid, cfg->gid) != 0 ||
+	    setresuid(cfg->uid, cfg->uid, cfg->uid) != 0)
+		return -1;
+	return 0;
+}
+
+static int no_new_privs(void)
+{
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ? -1 : 0;
+}
+
+/* Everything but stdio goes at exec; the status fd stays usable until
+ * then to report a failed exec. */
+static int close_on_exec(void)
+{
+	return syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0 ? -1 : 0;
+}
+
+/* Backends userns and privileged: the run's ids (the sandbox user, or the
+ * session's unprivileged host uid), no capability left, the filter last. */
+static int drop_native(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f)
+{
+	if (set_rlimits(cfg) < 0)
+		return failed(f, "rlimits");
+	if (drop_groups() < 0)
+		return failed(f, "setgroups");
+	if (set_ids(cfg) < 0)
+		return failed(f, "become the sandbox user");
+	if (no_new_privs() < 0)
+		return failed(f, "no_new_privs");
+	if (sbx_caps_drop_all(&f->err) < 0)
+		return failed_err(f);
+	if (close_on_exec() < 0)
+		return failed(f, "close fds");
+	if (sbx_seccomp_install(cfg->seccomp, &f->err) < 0)
+		return failed_err(f);
+	return 0;
+}
+
+/* Backend "bubblewrap": bwrap runs as the session's unprivileged host uid
+ * (uid 1000 in its user namespace); it drops capabilities and loads our
+ * filter itself. */
+static int drop_bubblewrap(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f)
+{
+	if (set_rlimits(cfg) < 0)
+		return failed(f, "rlimits");
+	if (drop_groups() < 0 || set_ids(cfg) < 0 || no_new_privs() < 0)
+		return failed(f, "become the sandbox's host user");
+	if (close_on_exec() < 0)
+		return failed(f, "close fds");
+	return 0;
+}
+
+/* Backend "none": the host's own user, no isolation at all. */
+static int drop_none(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f)
+{
+	if (set_rlimits(cfg) < 0)
+		return failed(f, "rlimits");
+	if (close_on_exec() < 0)
+		return failed(f, "close fds");
+	return 0;
+}
+
+int sbx_privdrop(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f)
+{
+	memset(f, 0, sizeof(*f));
+	if (cfg->bwrap_argv)
+		return drop_bubblewrap(cfg, f);
+	if (cfg->none)
+		return drop_none(cfg, f);
+	return drop_native(cfg, f);
+}
