@@ -109,8 +109,9 @@ for _, backend in ipairs { "userns", "privileged", "bubblewrap" } do
 
     it("cannot read init's /proc entries nor ptrace it; a sibling's environ is readable (control)", function()
       if not need() then return end
-      -- (the sibling's environ reads empty while it is still in exec: retry)
-      local r = s:exec("sleep 30 & p=$!; for i in 1 2 3 4 5 6 7 8 9 10; do "
+      -- (the sibling's environ reads empty while it is still in exec: retry
+      -- for up to 10 s, which a loaded machine can need)
+      local r = s:exec("sleep 30 & p=$!; for i in $(seq 100); do "
         .. "tr '\\0' '\\n' < /proc/$p/environ | grep -q '^PATH=' && break; sleep 0.1; done; "
         .. "tr '\\0' '\\n' < /proc/$p/environ | grep -c '^PATH='; kill $p; "
         .. "cat /proc/1/comm; cat /proc/1/environ > /dev/null && echo environ=read; "
