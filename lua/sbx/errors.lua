@@ -14,6 +14,11 @@
 --   BackendUnavailable     the backend cannot run here: backend, missing, fix
 --   SessionClosed          the session (or this reference to it) is closed
 --
+-- Errors made from the core's (from_core) also carry `code` where the core
+-- named a condition within the kind: "not_found" (no such file),
+-- "too_large" (over a size cap).  Hosts branch on kind and code, never on
+-- the message, whose wording may change.
+--
 -- A non-zero exit of the sandboxed command is data, not an error: only
 -- exec{check=true} and run_code turn it into SandboxCommandError.
 
@@ -104,10 +109,9 @@ function M.SessionClosed(message)
 end
 
 -- from_core(kind, message, ctx) -> error table from the nil, kind, message
--- triple of sbx.core.  ctx = { backend =, runtime_ms =, option = }.
-function M.from_core(kind, message, ctx)
-  ctx = ctx or {}
-  message = message or "unknown failure"
+-- triple of sbx.core (and its code, the fourth value, as ctx.code).
+-- ctx = { backend =, runtime_ms =, option =, code = }.
+local function from_core(kind, message, ctx)
   if kind == "InvalidArgument" then
     return M.InvalidArgument(ctx.option, message)
   elseif kind == "BackendUnavailable" then
@@ -119,6 +123,13 @@ function M.from_core(kind, message, ctx)
     return M.PolicyDenied(ctx.rule or "core", message)
   end
   return M.SandboxExecutionError(message, ctx.backend, ctx.runtime_ms)
+end
+
+function M.from_core(kind, message, ctx)
+  ctx = ctx or {}
+  local e = from_core(kind, message or "unknown failure", ctx)
+  if ctx.code ~= nil then e.code = ctx.code end
+  return e
 end
 
 -- raise(e): error(e) without position information (it is a table anyway).

@@ -138,19 +138,19 @@ local function raise_stored(p)
 end
 
 -- The run failed: remember why, so every later call says so too.
--- SandboxExecutionError, but a cwd that does not exist inside the sandbox
--- (the core reports "cwd <path>: <why>" before starting the command) is
--- the caller's mistake: InvalidArgument.
--- A source that already knows the error's kind passes it as err.
-local function fail(p, reason, runtime_ms, err)
+-- SandboxExecutionError, but an option of the request the sandbox found
+-- wrong (a cwd that does not exist inside it: the core's error_kind and
+-- error_option say so) is the caller's mistake: InvalidArgument.
+-- A source that already knows the error as a table passes it as err.
+local function fail(p, reason, runtime_ms, err, res)
   p._done = true
   p.returncode = -1
   p.runtime_ms = runtime_ms or (now_ms(p._core) - p._t0)
   p.termination_reason = "error"
   if err then
     p._error = err
-  elseif type(reason) == "string" and reason:match("^cwd ") then
-    p._error = errors.InvalidArgument("cwd", reason:sub(5))
+  elseif res and res.error_kind == "InvalidArgument" and res.error_option then
+    p._error = errors.InvalidArgument(res.error_option, res.error_detail or reason)
   elseif p._session_closed and p._session_closed() then
     p._error = errors.SessionClosed("the session was closed while the command ran")
   else
@@ -162,7 +162,7 @@ end
 
 local function finish(p, res)
   if res.term == "error" then
-    fail(p, res.error or "the sandbox lost the run", res.runtime_ms, res.err)
+    fail(p, res.error or "the sandbox lost the run", res.runtime_ms, res.err, res)
   end
   p._done = true
   p.returncode = res.returncode

@@ -27,6 +27,28 @@
 -- bits), created_at (UTC, ISO 8601), is_owner, work_dir (the host path),
 -- backend, endpoint (nil: on this machine).
 --
+-- The host API: what a host with an event loop of its own (sbxd's
+-- lua/sbx/server) uses; nothing else of a session is its business.  Each
+-- raises SessionClosed on a closed session, as the methods above do.
+--
+--   M.open(opts) with opts.wait (wait(fd, deadline_ms): the host's loop
+--     waits, the open never blocks), opts.caller ({ origin, tenant }: what
+--     policy hooks see) and opts.proxy_host (serves allowlist proxies:
+--     host:add(fd, id, decide, info), host:remove(id))
+--   s:limits()             -> { max_file_bytes, timeout_s }
+--   s:admit_run(cmd, opts) -> o: run options admitted as s:run admits them
+--                             (shapes, ceilings, the on_run hook); raises
+--                             InvalidArgument, PolicyDenied
+--   s:warm_fd(o)           -> fd | nil: readable once a warm run for o is
+--                             on offer; nil: no need to wait
+--   s:start_run(o)         -> the sbx.core run | nil, error table; never
+--                             raises (the host streams the run itself)
+--   s:open_file(path)      -> fd, size: what get_bytes would read, as an fd
+--                             the caller closes; errors carry `code`
+--                             ("not_found", "too_large") from the core
+--   s:is_closed()          -> true once the session (or this reference)
+--                             is closed
+--
 -- Handles are process-local on this machine: sbx.attach(h) finds the
 -- session in a registry of this Lua state.  The attached Session is in
 -- reference mode (is_owner = false): it runs commands and moves files, and
@@ -330,8 +352,8 @@ local function live(s)
 end
 
 -- core_run(st, o) -> the core's run, or nil and an error table.  o: the
--- admitted run options (sbx.options.run); shared with sbxd.
-function M.core_run(st, o)
+-- admitted run options (sbx.options.run).
+local function core_run(st, o)
   local r, kind, msg = st.core:run {
     argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
     stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
@@ -347,7 +369,7 @@ function M.core_run(st, o)
 end
 
 local function start(st, cmd, o)
-  local r, err = M.core_run(st, o)
+  local r, err = core_run(st, o)
   if not r then errors.raise(err) end
   return process.new(r, { cmd = cmd, backend = st.backend, stdout = o.stdout, stderr = o.stderr,
     core = core_module, session_closed = function() return st.closed end })
@@ -418,9 +440,10 @@ local function rel_path(st, path)
   return norm
 end
 
-local function file_error(kind, msg)
-  if kind == "InvalidArgument" then return errors.InvalidArgument("path", msg) end
-  return errors.from_core(kind, msg)
+-- code: the core's condition ("not_found", "too_large"), a field of the
+-- error so hosts pick answers by it, never by the message.
+local function file_error(kind, msg, code)
+  return errors.from_core(kind, msg, { option = kind == "InvalidArgument" and "path" or nil, code = code })
 end
 
 -- writer (sbxd only): function(core_session, rel_path, data, max_bytes)
@@ -446,8 +469,8 @@ end
 
 function Session:get_bytes(path)
   local st = live(self)
-  local data, kind, msg = st.core:get(rel_path(st, path), st.max_file_bytes)
-  if not data then errors.raise(file_error(kind, msg)) end
+  local data, kind, msg, code = st.core:get(rel_path(st, path), st.max_file_bytes)
+  if not data then errors.raise(file_error(kind, msg, code)) end
   return data
 end
 
@@ -463,13 +486,41 @@ function Session:proxy_stats()
   return t
 end
 
--- For hosts that stream a file rather than hold it (sbxd's GET): an fd
--- on what get_bytes would read, and its size; the caller closes the fd.
-function Session:_open_file(path)
+-- ---- The host API (see the top of this file) ----
+
+function Session:limits()
   local st = live(self)
-  local fd, size_or_kind, msg = st.core:open_file(rel_path(st, path), st.max_file_bytes)
-  if not fd then errors.raise(file_error(size_or_kind, msg)) end
+  return { max_file_bytes = st.max_file_bytes, timeout_s = st.timeout_s }
+end
+
+function Session:admit_run(cmd, opts)
+  local st = live(self)
+  return st.engine:admit_run(st, cmd, opts)
+end
+
+function Session:warm_fd(o)
+  local st = live(self)
+  return st.core:offer_fd(o.network_mode or "blocked")
+end
+
+function Session:start_run(o)
+  if self._closed or self._st.closed then
+    return nil, errors.SessionClosed(("session %s is closed"):format(self.name))
+  end
+  return core_run(self._st, o)
+end
+
+-- For hosts that stream a file rather than hold it (sbxd's GET, and the
+-- appends of its uploads).
+function Session:open_file(path)
+  local st = live(self)
+  local fd, size_or_kind, msg, code = st.core:open_file(rel_path(st, path), st.max_file_bytes)
+  if not fd then errors.raise(file_error(size_or_kind, msg, code)) end
   return fd, size_or_kind
+end
+
+function Session:is_closed()
+  return self._closed or self._st.closed
 end
 
 function Session:handle()

@@ -14,6 +14,7 @@
 #include <lauxlib.h>
 #include <lua.h>
 
+#include "../lua/lsbx.h"
 #include "cli.h"
 
 static volatile sig_atomic_t interrupted;
@@ -74,7 +75,7 @@ static char *complete_next(const char *text, int state)
 		lua_rawgeti(L, LUA_REGISTRYINDEX, complete_ref);
 		lua_pushstring(L, text);
 		lua_pushlstring(L, rl_line_buffer, (size_t)rl_point);
-		if (lua_pcall(L, 2, 1, 0) != 0 || !lua_istable(L, -1)) {
+		if (lsbx_pcall(L, 2, 1, 0) != 0 || !lua_istable(L, -1)) {
 			lua_pop(L, 1);
 			return NULL;
 		}

@@ -19,6 +19,7 @@
 #include <luajit.h>
 #include <lualib.h>
 
+#include "../lua/lsbx.h"
 #include "cli.h"
 #include "paths.h"
 #include "sbx.h"
@@ -158,33 +159,6 @@ static int parse_args(int argc, char **argv, struct cli *cli)
 	return 0;
 }
 
-/*
- * The message handler of every protected call: turns the error object into
- * a string (an sbx error table prints as "Kind: message" through its
- * __tostring, or from its fields when it has none) and appends a traceback.
- */
-static int on_error(lua_State *L)
-{
-	const char *msg = lua_tostring(L, 1);
-
-	if (!msg) {
-		if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) {
-			msg = lua_tostring(L, -1);
-		} else if (lua_type(L, 1) == LUA_TTABLE) {
-			lua_getfield(L, 1, "kind");
-			lua_getfield(L, 1, "message");
-			if (lua_isstring(L, -2) && lua_isstring(L, -1))
-				msg = lua_pushfstring(L, "%s: %s", lua_tostring(L, -2),
-						      lua_tostring(L, -1));
-		}
-		if (!msg)
-			msg = lua_pushfstring(L, "(error object is a %s value)",
-					      luaL_typename(L, 1));
-	}
-	luaL_traceback(L, L, msg, 1);
-	return 1;
-}
-
 static void on_interrupt_hook(lua_State *L, lua_Debug *ar)
 {
 	(void)ar;
@@ -201,25 +175,20 @@ static void on_sigint(int signo)
 
 int sbx_cli_pcall(lua_State *L, int narg, int nres, bool traceback)
 {
-	int base = lua_gettop(L) - narg; /* where the function is */
 	struct sigaction sa, old;
 	int status;
 
-	if (traceback) {
-		lua_pushcfunction(L, on_error);
-		lua_insert(L, base);
-	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigint; /* no SA_RESTART: a blocking poll() returns */
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, &old);
-	status = lua_pcall(L, narg, nres, traceback ? base : 0);
+	/* With traceback: the error as text (an sbx error table prints as
+	 * "Kind: message") followed by where it was raised. */
+	status = lsbx_pcall(L, narg, nres, traceback ? LSBX_PCALL_TEXT : 0);
 	sigaction(SIGINT, &old, NULL);
 	/* A Ctrl-C that came while C code ran must not fire later, elsewhere. */
 	if (lua_gethook(L) == on_interrupt_hook)
 		lua_sethook(L, NULL, 0, 0);
-	if (traceback)
-		lua_remove(L, base);
 	return status;
 }
 
@@ -348,7 +317,6 @@ static int run_script(lua_State *L, int argc, char **argv, int script)
 /* The REPL lives in lua/sbx/repl.lua; it protects each line itself. */
 static int run_repl(lua_State *L, const char *session_opts, const struct cli *cli)
 {
-	int base;
 	int status;
 
 	lua_getglobal(L, "require");
@@ -371,11 +339,7 @@ static int run_repl(lua_State *L, const char *session_opts, const struct cli *cl
 	lua_pushstring(L, progname);
 	lua_setfield(L, -2, "progname");
 	/* Not through sbx_cli_pcall: Ctrl-C at the prompt is the REPL's to handle. */
-	base = lua_gettop(L) - 1;
-	lua_pushcfunction(L, on_error);
-	lua_insert(L, base);
-	status = lua_pcall(L, 1, 0, base);
-	lua_remove(L, base);
+	status = lsbx_pcall(L, 1, 0, LSBX_PCALL_TEXT);
 	return report(L, status);
 }
 

@@ -127,8 +127,7 @@ __attribute__((noreturn)) void sbx_bwrap_run_exec(const struct sbx_zygote_cfg *c
 		  : access(host, X_OK) != 0		? errno
 							: 0;
 	if (bad) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, bad, 0, "cwd %s: %s", cwd,
-				strerror(bad));
+		sbx_status_send_option(status_fd, "cwd", bad, "cwd %s: %s", cwd, strerror(bad));
 		_exit(127);
 	}
 	if (argv[0][0] == '/') {

@@ -44,6 +44,13 @@
 /* Signals init forwards to the run when they come from outside. */
 static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
+/* A record is < PIPE_BUF: the write is atomic or fails whole. */
+static void status_write(int fd, const struct sbx_status_rec *rec)
+{
+	while (write(fd, rec, sizeof(*rec)) < 0 && errno == EINTR)
+		;
+}
+
 void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t timed_out,
 		     const char *fmt, ...)
 {
@@ -58,9 +65,22 @@ void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t ti
 	va_start(ap, fmt);
 	vsnprintf(rec.msg, sizeof(rec.msg), fmt, ap);
 	va_end(ap);
-	/* A record is < PIPE_BUF: the write is atomic or fails whole. */
-	while (write(fd, &rec, sizeof(rec)) < 0 && errno == EINTR)
-		;
+	status_write(fd, &rec);
+}
+
+void sbx_status_send_option(int fd, const char *option, int err_no, const char *fmt, ...)
+{
+	struct sbx_status_rec rec;
+	va_list ap;
+
+	memset(&rec, 0, sizeof(rec));
+	rec.type = SBX_STATUS_ERROR;
+	rec.err_no = err_no;
+	snprintf(rec.option, sizeof(rec.option), "%s", option);
+	va_start(ap, fmt);
+	vsnprintf(rec.msg, sizeof(rec.msg), fmt, ap);
+	va_end(ap);
+	status_write(fd, &rec);
 }
 
 /* Find argv[0] along the PATH of the run's own environment (execvpe would
@@ -275,7 +295,7 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 		cwd = host_cwd;
 	}
 	if (chdir(cwd) != 0) {
-		sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "cwd %s: %s", cwd,
+		sbx_status_send_option(status_fd, "cwd", errno, "cwd %s: %s", cwd,
 				strerror(errno));
 		_exit(127);
 	}

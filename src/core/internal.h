@@ -80,6 +80,9 @@ struct sbx_status_rec {
 	int32_t err_no;
 	uint32_t timed_out; /* init's timer fired before the exit */
 	char msg[240];
+	/* ERROR: non-empty when the run request's option of that name is wrong
+	 * (the caller's InvalidArgument); msg then starts with it. */
+	char option[16];
 };
 
 /* Send one message of len bytes carrying nfds (<= 4) fds as SCM_RIGHTS;
@@ -255,6 +258,10 @@ __attribute__((noreturn)) void sbx_bwrap_run_exec(const struct sbx_zygote_cfg *c
 /* Write a status record; used by init and the workload before exec. */
 void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t timed_out,
 		     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* An ERROR record blaming the request's option (e.g. "cwd"); fmt's text
+ * starts with the option's name. */
+void sbx_status_send_option(int fd, const char *option, int err_no, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 /* Close every fd >= 3 except those in keep (n entries). */
 void sbx_close_fds_except(const int *keep, size_t n);

@@ -378,10 +378,16 @@ static void finish(sbx_run *r)
 		res->term = SBX_TERM_ERROR;
 		res->returncode = -1;
 		snprintf(res->error, sizeof(res->error), "%s", r->last_error.msg);
+		r->last_error.option[sizeof(r->last_error.option) - 1] = '\0';
+		snprintf(res->error_option, sizeof(res->error_option), "%s",
+			 r->last_error.option);
+		res->error_kind =
+			res->error_option[0] ? SBX_E_INVALID_ARGUMENT : SBX_E_EXECUTION;
 	} else if (!r->got_exit) {
 		res->term = r->signalled ? SBX_TERM_KILLED : SBX_TERM_ERROR;
 		res->returncode = r->signalled ? -SIGKILL : -1;
 		res->signo = r->signalled ? SIGKILL : 0;
+		res->error_kind = SBX_E_EXECUTION;
 		if (!r->signalled)
 			snprintf(res->error, sizeof(res->error),
 				 "the sandbox ended before the command did (session closed?)");

@@ -240,6 +240,11 @@ typedef struct sbx_run_result {
 	int signo;            /* signal that ended it, 0 if none */
 	uint64_t runtime_ms;
 	char error[256];      /* SBX_TERM_ERROR: why */
+	/* SBX_TERM_ERROR: SBX_E_INVALID_ARGUMENT when the request's option
+	 * error_option was wrong (error then starts with "<option> "), else
+	 * SBX_E_EXECUTION.  Callers branch on these, never on error's text. */
+	sbx_err_kind error_kind;
+	char error_option[16];
 } sbx_run_result;
 
 /* One thing sbx_run_next() can return. */

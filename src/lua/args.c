@@ -8,6 +8,7 @@
  * code in the middle of a C call, and the strings we point into stay owned
  * by the table, which is on the stack for the whole call.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,12 +24,31 @@ static int abs_index(lua_State *L, int idx)
 	return (idx > 0 || idx <= LUA_REGISTRYINDEX) ? idx : lua_gettop(L) + idx + 1;
 }
 
+/* The condition a caller may branch on within a kind, from the errno the
+ * core recorded: never parsed out of the message. */
+static const char *err_code(const sbx_err *err)
+{
+	switch (err->sys_errno) {
+	case ENOENT:
+		return "not_found";
+	case EFBIG:
+		return "too_large";
+	default:
+		return NULL;
+	}
+}
+
 int lsbx_push_err(lua_State *L, const sbx_err *err)
 {
+	const char *code = err_code(err);
+
 	lua_pushnil(L);
 	lua_pushstring(L, sbx_err_kind_name(err->kind == SBX_E_NONE ? SBX_E_EXECUTION : err->kind));
 	lua_pushstring(L, err->msg[0] ? err->msg : "unknown failure (no message)");
-	return 3;
+	if (!code)
+		return 3;
+	lua_pushstring(L, code);
+	return 4;
 }
 
 int lsbx_push_fail(lua_State *L, sbx_err_kind kind, const char *msg)

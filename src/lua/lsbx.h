@@ -34,6 +34,10 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx);
 
 /* s:run(ropts): start a run; registered on the session metatable. */
 int lsbx_session_run(lua_State *L);
+/* The core run of the run userdata at idx (raises unless it is one); NULL
+ * once r:close() ran.  Borrowed: the userdata owns it, so a host that
+ * watches the run's fds (sbxd's stream.c) keeps a reference to it. */
+sbx_run *lsbx_run_ptr(lua_State *L, int idx);
 /* Create the run metatable. */
 void lsbx_run_register(lua_State *L);
 /* ---- proxy.c ---- */
@@ -47,10 +51,31 @@ void lsbx_proxy_register(lua_State *L);
 void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
 			 lua_CFunction gc, lua_CFunction tostring);
 
-/* Push nil, kind name, message: the "expected failure" return of the binding. */
+/* Push nil, kind name, message: the "expected failure" return of the
+ * binding; and a fourth, code, where the core's errno names a condition
+ * callers branch on: "not_found" (ENOENT), "too_large" (EFBIG). */
 int lsbx_push_err(lua_State *L, const sbx_err *err);
 /* Same, from a kind and a literal message. */
 int lsbx_push_fail(lua_State *L, sbx_err_kind kind, const char *msg);
+
+/* ---- pcall.c: the one protected call of every C -> Lua entry ---- */
+
+/* Text instead of the error object: "message\ntraceback" (for logs and
+ * printing).  Without it the error stays as raised (tables keep kind). */
+#define LSBX_PCALL_TEXT 1
+/*
+ * lua_pcall of the function below its narg arguments, through a message
+ * handler that records "message\ntraceback" at the point of the error.
+ * Returns lua_pcall's status; on failure the error is on the stack top
+ * (as raised, or as text with LSBX_PCALL_TEXT), nothing else is left.
+ */
+int lsbx_pcall(lua_State *L, int narg, int nres, int flags);
+/* Push the traceback text of the last failed lsbx_pcall of this state and
+ * return 1; 0 (nothing pushed) when there is none. */
+int lsbx_pcall_traceback(lua_State *L);
+/* Replace the error object at idx with its text ("Kind: message" for an
+ * sbx error table) and return it; never NULL. */
+const char *lsbx_pcall_message(lua_State *L, int idx);
 
 /* ---- args.c: checking what Lua passes in ---- */
 

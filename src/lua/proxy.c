@@ -129,9 +129,9 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 	lua_setfield(L, -2, "tag");
 	lua_pushnumber(L, (lua_Number)q->ticket);
 	lua_setfield(L, -2, "ticket");
-	if (lua_pcall(L, 1, 1, 0) != 0) {
+	if (lsbx_pcall(L, 1, 1, 0) != 0) {
 		snprintf(v->reason, sizeof(v->reason), "the policy check failed: %s",
-			 lua_isstring(L, -1) ? lua_tostring(L, -1) : "(error object)");
+			 lsbx_pcall_message(L, -1));
 	} else if (lua_type(L, -1) != LUA_TTABLE) {
 		snprintf(v->reason, sizeof(v->reason), "the policy check gave no verdict");
 	} else {
@@ -154,9 +154,9 @@ static void log_line(void *ud, const char *line)
 	lua_getfield(L, -1, "log");
 	if (lua_isfunction(L, -1)) {
 		lua_pushstring(L, line);
-		if (lua_pcall(L, 1, 0, 0) != 0)
+		if (lsbx_pcall(L, 1, 0, 0) != 0)
 			fprintf(stderr, "sbx proxy: %s (log failed: %s)\n", line,
-				lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+				lsbx_pcall_message(L, -1));
 	} else {
 		fprintf(stderr, "sbx proxy: %s\n", line);
 	}

@@ -12,7 +12,10 @@
  *   r:close()                       true (kills the run if still going)
  *
  * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"error",
- *            returncode =, signo =, runtime_ms =, error = string|nil }
+ *            returncode =, signo =, runtime_ms =, error = string|nil,
+ *            error_kind = "SandboxExecutionError"|"InvalidArgument" (with
+ *            error), error_option = "cwd"|nil (InvalidArgument: the
+ *            option that is wrong), error_detail = error without it }
  *
  * A run keeps its session userdata alive through its environment table, so
  * the collector never closes a session under a run somebody still holds.
@@ -78,6 +81,11 @@ static const char *const run_fields[] = {
 static lsbx_run *check_run(lua_State *L, int idx)
 {
 	return luaL_checkudata(L, idx, LSBX_RUN_MT);
+}
+
+sbx_run *lsbx_run_ptr(lua_State *L, int idx)
+{
+	return check_run(L, idx)->r;
 }
 
 static sbx_io opt_io(lua_State *L, int idx, const char *field)
@@ -182,8 +190,23 @@ static void push_result(lua_State *L, const sbx_run_result *res)
 	lua_setfield(L, -2, "runtime_ms");
 	if (res->term == SBX_TERM_ERROR) {
 		/* The core fills error[]; never trust it to be terminated. */
-		lua_pushlstring(L, res->error, strnlen(res->error, sizeof(res->error)));
+		size_t len = strnlen(res->error, sizeof(res->error));
+		lua_pushlstring(L, res->error, len);
 		lua_setfield(L, -2, "error");
+		/* The kind as a field: callers never parse it out of error. */
+		lua_pushstring(L, sbx_err_kind_name(res->error_kind == SBX_E_NONE
+							    ? SBX_E_EXECUTION
+							    : res->error_kind));
+		lua_setfield(L, -2, "error_kind");
+		size_t olen = strnlen(res->error_option, sizeof(res->error_option));
+		if (olen > 0 && olen < sizeof(res->error_option)) {
+			lua_pushlstring(L, res->error_option, olen);
+			lua_setfield(L, -2, "error_option");
+			/* error is "<option> <detail>" (sbx.h) */
+			size_t skip = olen + 1 <= len ? olen + 1 : len;
+			lua_pushlstring(L, res->error + skip, len - skip);
+			lua_setfield(L, -2, "error_detail");
+		}
 	}
 }
 

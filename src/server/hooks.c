@@ -26,6 +26,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "../lua/lsbx.h"
 #include "server.h"
 
 typedef struct hw_msg {
@@ -132,9 +133,12 @@ static hw_msg *handle(lua_State *L, int handle_ref, const hw_msg *in)
 		lua_settop(L, top);
 		return failure(in->id, why);
 	}
-	if (lua_pcall(L, 1, 1, 0) != 0 || !lua_istable(L, -1)) {
+	int st = lsbx_pcall(L, 1, 1, 0);
+	if (st != 0 || !lua_istable(L, -1)) {
+		if (st != 0)
+			sbx_srv_log_lua_error(L, "hook_worker");
 		snprintf(why, sizeof(why), "the policy worker failed: %s",
-			 lua_isstring(L, -1) ? lua_tostring(L, -1) : "no answer");
+			 st != 0 ? lsbx_pcall_message(L, -1) : "no answer");
 		lua_settop(L, top);
 		return failure(in->id, why);
 	}
@@ -162,12 +166,14 @@ static void *worker_main(void *arg)
 		sbx_srv_lua_setup(L);
 		lua_getglobal(L, "require");
 		lua_pushliteral(L, "sbx.server.hookworker");
-		if (lua_pcall(L, 1, 1, 0) == 0 && lua_istable(L, -1)) {
+		int st = lsbx_pcall(L, 1, 1, 0);
+		if (st == 0 && lua_istable(L, -1)) {
 			lua_getfield(L, -1, "handle");
 			handle_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+		} else if (st != 0) {
+			sbx_srv_log_lua_error(L, "hook_worker");
 		} else {
-			sbx_srv_log(SRV_LOG_ERROR, "event=hook_worker err=\"%s\"",
-				    lua_isstring(L, -1) ? lua_tostring(L, -1) : "no module");
+			sbx_srv_log(SRV_LOG_ERROR, "event=hook_worker err=\"no module\"");
 		}
 		lua_settop(L, 0);
 	}

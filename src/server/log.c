@@ -1,11 +1,15 @@
 /*
  * log.c: sbxd's structured log: one "key=value" line per event on stderr,
  * filtered by --log-level.  Callers never pass secrets (tokens) in.
+ * Lua failures of sbxd's calls into Lua are logged here with their
+ * traceback (src/lua/pcall.c).
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
+#include "../lua/lsbx.h"
 #include "server.h"
 
 static const char *const level_names[] = {"error", "warn", "info", "debug"};
@@ -32,6 +36,44 @@ void sbx_srv_log(int level, const char *fmt, ...)
 		vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
 	va_end(ap);
 	fprintf(stderr, "%s\n", line);
+}
+
+void sbx_srv_log_lua_error(lua_State *L, const char *where)
+{
+	char err[1536];
+	size_t n = 0;
+
+	/* The traceback when there is one (it starts with the message). */
+	int tb = lsbx_pcall_traceback(L);
+	const char *s = tb ? lua_tostring(L, -1) : NULL;
+	if (!s) {
+		lua_pushvalue(L, tb ? -2 : -1);
+		s = lsbx_pcall_message(L, -1);
+		tb = 1;
+	}
+	/* One line: newlines as " | ", quotes as '. */
+	for (; *s && n + 4 < sizeof(err); s++) {
+		if (*s == '\n') {
+			memcpy(err + n, " | ", 3);
+			n += 3;
+		} else {
+			err[n++] = *s == '"' ? '\'' : *s == '\t' ? ' ' : *s;
+		}
+	}
+	err[n] = '\0';
+	lua_pop(L, tb);
+	sbx_srv_log(SRV_LOG_ERROR, "event=lua_error where=%s err=\"%s\"", where, err);
+}
+
+int sbx_srv_pcall(lua_State *L, int narg, int nres, const char *where)
+{
+	int status = lsbx_pcall(L, narg, nres, 0);
+
+	if (status != 0) {
+		sbx_srv_log_lua_error(L, where);
+		lua_pop(L, 1);
+	}
+	return status;
 }
 
 uint64_t sbx_srv_now_ms(void)

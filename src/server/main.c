@@ -29,6 +29,7 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+#include "../lua/lsbx.h"
 #include "paths.h"
 #include "front.h"
 #include "server.h"
@@ -80,7 +81,9 @@ static int lua_start(sbx_srv *S)
 	sbx_srv_lua_setup(L);
 	lua_getglobal(L, "require");
 	lua_pushliteral(L, "sbx.server");
-	if (lua_pcall(L, 1, 1, 0) != 0) {
+	/* A module that does not load is a bug or a broken install: with its
+	 * traceback. */
+	if (lsbx_pcall(L, 1, 1, LSBX_PCALL_TEXT) != 0) {
 		fprintf(stderr, "sbxd: loading sbx.server: %s\n", lua_tostring(L, -1));
 		return -1;
 	}
@@ -117,8 +120,10 @@ static int lua_start(sbx_srv *S)
 		lua_pushstring(L, S->admin_tenant);
 		lua_setfield(L, -2, "admin_tenant");
 	}
-	if (lua_pcall(L, 1, 0, 0) != 0) {
-		fprintf(stderr, "sbxd: %s\n", lua_tostring(L, -1));
+	/* init's errors are the operator's to read (a policy that does not
+	 * load): the message only. */
+	if (lsbx_pcall(L, 1, 0, 0) != 0) {
+		fprintf(stderr, "sbxd: %s\n", lsbx_pcall_message(L, -1));
 		return -1;
 	}
 	S->handle_ref = field_ref(L, -1, "handle");
@@ -144,11 +149,7 @@ static void call_lua(sbx_srv *S, int ref, const char *what)
 {
 	lua_State *L = S->L;
 	lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
-	if (lua_pcall(L, 0, 0, 0) != 0) {
-		sbx_srv_log(SRV_LOG_ERROR, "event=lua_error where=%s err=\"%s\"", what,
-			    lua_tostring(L, -1));
-		lua_pop(L, 1);
-	}
+	sbx_srv_pcall(L, 0, 0, what);
 }
 
 /* Once a second: the Lua reaper; while draining, the end of the drain. */
@@ -195,9 +196,9 @@ static int proxy_watch(sbx_srv *S)
 {
 	lua_State *L = S->L;
 	lua_rawgeti(L, LUA_REGISTRYINDEX, S->proxy_fd_ref);
-	if (lua_pcall(L, 0, 1, 0) != 0 || !lua_isnumber(L, -1)) {
-		fprintf(stderr, "sbxd: proxy_fd(): %s\n",
-			lua_isstring(L, -1) ? lua_tostring(L, -1) : "no fd");
+	int st = lsbx_pcall(L, 0, 1, LSBX_PCALL_TEXT);
+	if (st != 0 || !lua_isnumber(L, -1)) {
+		fprintf(stderr, "sbxd: proxy_fd(): %s\n", st != 0 ? lua_tostring(L, -1) : "no fd");
 		lua_pop(L, 1);
 		return -1;
 	}

@@ -65,12 +65,8 @@ static void lua_stats(sbx_srv *S, double *open, double *denials, double *proxy)
 	for (size_t i = 0; i < N_PROXY_METRICS; i++)
 		proxy[i] = 0;
 	lua_rawgeti(L, LUA_REGISTRYINDEX, S->stats_ref);
-	if (lua_pcall(L, 0, 1, 0) != 0) {
-		sbx_srv_log(SRV_LOG_ERROR, "msg=\"stats() failed\" err=\"%s\"",
-			    lua_tostring(L, -1));
-		lua_pop(L, 1);
+	if (sbx_srv_pcall(L, 0, 1, "stats") != 0)
 		return;
-	}
 	if (lua_istable(L, -1)) {
 		lua_getfield(L, -1, "sessions_open");
 		*open = lua_tonumber(L, -1);

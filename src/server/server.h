@@ -104,6 +104,12 @@ extern sbx_srv *sbx_srv_g;
 /* ---- log.c ---- */
 /* One line on stderr: "ts=... level=... " + fmt ("key=value ..."). */
 void sbx_srv_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Log the error on the stack top (from lsbx_pcall, src/lua/pcall.c) with
+ * its traceback, on one line: "event=lua_error where=WHERE err=...". */
+void sbx_srv_log_lua_error(lua_State *L, const char *where);
+/* lsbx_pcall for calls whose error is only logged: on failure the error is
+ * logged (above) and popped.  Returns lua_pcall's status. */
+int sbx_srv_pcall(lua_State *L, int narg, int nres, const char *where);
 
 /* ---- auth.c ---- */
 /* Load "TOKEN TENANT" lines; returns 0 or -1 with err filled. */

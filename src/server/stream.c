@@ -53,6 +53,7 @@
 #include <lauxlib.h>
 #include <msgpack.h>
 
+#include "../lua/lsbx.h"
 #include "server.h"
 
 #define SRV_STREAM_CAP (256 * 1024)
@@ -63,15 +64,6 @@
 #define SRV_DETACH_CAP (1024 * 1024) /* events kept for an absent client */
 #define SRV_KEEP_MS (300 * 1000)     /* an ended, unread detached run */
 #define SRV_KEEP_MAX 256             /* detached records at once */
-
-/*
- * The sbx.core run userdata (src/lua/run.c) starts with the sbx_run
- * pointer; that first member is all we read.  It is NULL once r:close()
- * ran, which only we do while streaming.
- */
-typedef struct lrun_head {
-	sbx_run *r;
-} lrun_head;
 
 typedef struct sbx_srv_buf {
 	char *data;
@@ -386,8 +378,7 @@ static void release(sbx_srv_run *sr, const char *outcome)
 		lua_rawgeti(L, LUA_REGISTRYINDEX, sr->run_ref);
 		lua_getfield(L, -1, "close");
 		lua_insert(L, -2);
-		if (lua_pcall(L, 1, 0, 0) != 0)
-			lua_pop(L, 1);
+		sbx_srv_pcall(L, 1, 0, "run_close");
 		luaL_unref(L, LUA_REGISTRYINDEX, sr->run_ref);
 		sr->run_ref = LUA_NOREF;
 		sr->run = NULL;
@@ -397,12 +388,7 @@ static void release(sbx_srv_run *sr, const char *outcome)
 		lua_getfield(L, -1, "finish");
 		if (lua_isfunction(L, -1)) {
 			lua_pushstring(L, outcome);
-			if (lua_pcall(L, 1, 0, 0) != 0) {
-				sbx_srv_log(SRV_LOG_ERROR,
-					    "event=lua_error where=finish err=\"%s\"",
-					    lua_tostring(L, -1));
-				lua_pop(L, 1);
-			}
+			sbx_srv_pcall(L, 1, 0, "finish");
 		} else {
 			lua_pop(L, 1);
 		}
@@ -492,13 +478,15 @@ static void pump(sbx_srv_run *sr)
 				      : res->term == SBX_TERM_OOM     ? "oom"
 								      : "error";
 		if (res->term == SBX_TERM_ERROR) {
-			const char *kind = "SandboxExecutionError";
 			char msg[300];
 			snprintf(msg, sizeof(msg), "%s",
 				 res->error[0] ? res->error : "the sandbox lost the run");
-			if (!strncmp(msg, "cwd ", 4))
-				kind = "InvalidArgument";
-			emit_error(sr, kind, msg);
+			/* A wrong cwd is the caller's: the core says so in error_kind. */
+			emit_error(sr,
+				   sbx_err_kind_name(res->error_kind == SBX_E_INVALID_ARGUMENT
+							     ? SBX_E_INVALID_ARGUMENT
+							     : SBX_E_EXECUTION),
+				   msg);
 		} else {
 			emit_exit(sr, res);
 		}
@@ -576,7 +564,8 @@ static void on_start(h2o_timeout_entry_t *e)
 		return;
 	lua_rawgeti(L, LUA_REGISTRYINDEX, sr->spec_ref);
 	lua_getfield(L, -1, "start");
-	if (lua_pcall(L, 0, 2, 0) != 0 || !lua_isuserdata(L, -2)) {
+	int st = lsbx_pcall(L, 0, 2, 0);
+	if (st != 0 || !lua_isuserdata(L, -2)) {
 		/* start() returns run, or nil and an error table { kind, message }. */
 		const char *kind = "SandboxExecutionError", *msg = "the run did not start";
 		if (lua_istable(L, -1)) {
@@ -586,9 +575,8 @@ static void on_start(h2o_timeout_entry_t *e)
 			lua_getfield(L, -2, "message");
 			if (lua_isstring(L, -1))
 				msg = lua_tostring(L, -1);
-		} else if (lua_isstring(L, -1)) {
-			msg = lua_tostring(L, -1);
-			sbx_srv_log(SRV_LOG_ERROR, "event=lua_error where=start err=\"%s\"", msg);
+		} else if (st != 0) {
+			sbx_srv_log_lua_error(L, "start");
 			msg = "internal error starting the run";
 		}
 		emit_error(sr, kind, msg);
@@ -598,8 +586,8 @@ static void on_start(h2o_timeout_entry_t *e)
 		flush(sr);
 		return;
 	}
-	lrun_head *head = luaL_checkudata(L, -2, "sbx.core.run");
-	sr->run = head->r;
+	/* NULL only once r:close() ran, which only we do while streaming. */
+	sr->run = lsbx_run_ptr(L, -2);
 	lua_pushvalue(L, -2);
 	sr->run_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	lua_settop(L, top);
@@ -756,8 +744,7 @@ void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, 
 			lua_getfield(L, idx, "finish");
 			if (lua_isfunction(L, -1)) {
 				lua_pushstring(L, "error");
-				if (lua_pcall(L, 1, 0, 0) != 0)
-					lua_pop(L, 1);
+				sbx_srv_pcall(L, 1, 0, "finish");
 			} else {
 				lua_pop(L, 1);
 			}

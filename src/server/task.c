@@ -139,8 +139,8 @@ static void discard(lua_State *L)
 		lua_getfield(L, top, "stream");
 		if (lua_istable(L, -1)) {
 			lua_getfield(L, -1, "finish");
-			if (lua_isfunction(L, -1) && lua_pcall(L, 0, 0, 0) != 0)
-				lua_pop(L, 1);
+			if (lua_isfunction(L, -1))
+				sbx_srv_pcall(L, 0, 0, "finish");
 		}
 		lua_settop(L, top);
 		lua_getfield(L, top, "file");
@@ -330,9 +330,7 @@ static void answer_lua(sbx_srv *S, uint64_t id, const char *data, size_t len)
 	lua_pushnumber(L, (lua_Number)id);
 	if (sbx_srv_decode(L, SRV_FMT_MSGPACK, data, len, why, sizeof(why)) != 0)
 		lua_pushstring(L, why);
-	if (lua_pcall(L, 2, 0, 0) != 0)
-		sbx_srv_log(SRV_LOG_ERROR, "event=lua_error where=hook_answer err=\"%s\"",
-			    lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+	sbx_srv_pcall(L, 2, 0, "hook_answer");
 	lua_settop(L, top);
 }
 

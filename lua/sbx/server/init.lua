@@ -40,6 +40,11 @@
 -- state, one at a time: on_close without waiting, on_connect waiting on
 -- the loop's thread (the proxy's decide cannot yield).
 --
+-- Sessions are used only through sbx.session's host API (limits,
+-- admit_run, warm_fd, start_run, open_file, is_closed: see its header).
+-- Answers are chosen by an error's kind and code (its fields), never by
+-- its message text: STATUS and open_error below are the whole mapping.
+--
 -- Tenancy: a session belongs to the tenant that created it; another tenant
 -- gets 404 for it, exactly as for an id that does not exist.  A session's
 -- reference token ("sbxr_<id>_<secret>", from the create answer) can run,
@@ -200,7 +205,7 @@ local function describe(rec, owner, req)
     runs_active = rec.runs,
     -- What a client needs to chunk uploads: no file over max_file_bytes,
     -- no request body over max_body_bytes (sbxd's --max-body).
-    max_file_bytes = s._st.max_file_bytes, max_body_bytes = cfg.max_body,
+    max_file_bytes = rec.limits.max_file_bytes, max_body_bytes = cfg.max_body,
   }
   if owner then d.tokens = { reference = rec.ref_token } end
   return d
@@ -289,9 +294,11 @@ local function create_session(req)
     t.sessions = t.sessions - 1
     return from_error(s)
   end
+  local limits = s:limits()
   local rec = {
     s = s, tenant = req.tenant, ref_token = ("sbxr_%s_%s"):format(s.id, random_hex(16)),
-    created_ms = now_ms(), last_ms = now_ms(), runs = 0, timeout_s = s._st.timeout_s,
+    created_ms = now_ms(), last_ms = now_ms(), runs = 0, timeout_s = limits.timeout_s,
+    limits = limits,
   }
   rec.hard_deadline_ms = rec.created_ms + cfg.hard_ceiling_s * 1000
   sessions[s.id] = rec
@@ -338,23 +345,23 @@ local function start_run(req, rec)
     return from_error(errors.InvalidArgument(opts.stdout == "inherit" and "stdout" or "stderr",
       "\"inherit\" has no meaning over the remote API"))
   end
-  local st = rec.s._st
-  if st.closed then return fail(410, "SessionClosed", ("session %s is closed"):format(rec.s.name)) end
+  local s = rec.s
+  if s:is_closed() then return fail(410, "SessionClosed", ("session %s is closed"):format(s.name)) end
   -- The same admission as on-device runs: options, ceilings and the
   -- policy's on_run hook (a denial is a PolicyDenied answer, not a run).
-  local ok, o = pcall(st.engine.admit_run, st.engine, st, body.cmd, opts)
+  local ok, o = pcall(s.admit_run, s, body.cmd, opts)
   if not ok then return from_error(o) end
   -- The first run of a session waits for the sandbox's first warm run:
   -- on the loop, not in the core.
-  local fd = st.core:offer_fd(o.network_mode or "blocked")
+  local fd = s:warm_fd(o)
   if fd then
     local core = require "sbx.core"
     local ready, why = wait_fd(fd, now_ms() + core.SESSION_READY_TIMEOUT_MS)
     if not ready then
       return from_error(errors.SandboxExecutionError(("no warm run of session %s came (%s)")
-        :format(rec.s.name, tostring(why)), st.backend, 0))
+        :format(s.name, tostring(why)), s.backend, 0))
     end
-    if st.closed then return fail(410, "SessionClosed", ("session %s is closed"):format(rec.s.name)) end
+    if s:is_closed() then return fail(410, "SessionClosed", ("session %s is closed"):format(s.name)) end
   end
   local t = tenant_rec(rec.tenant)
   if t.runs >= cfg.max_runs then
@@ -366,15 +373,10 @@ local function start_run(req, rec)
   rec.runs = rec.runs + 1
   local finished = false
   return { stream = {
-    backend = st.backend,
-    session_id = rec.s.id,
+    backend = s.backend,
+    session_id = s.id,
     detach = body.detach == true,
-    start = function()
-      if st.closed then
-        return nil, errors.SessionClosed(("session %s is closed"):format(rec.s.name))
-      end
-      return session.core_run(st, o)
-    end,
+    start = function() return s:start_run(o) end,
     finish = function()
       if finished then return end
       finished = true
@@ -418,28 +420,23 @@ local function put_offset(query)
   return offset or 0
 end
 
-local function over_max_file(st, bytes)
+local function over_max_file(limits, bytes)
   return fail(413, "InvalidArgument", ("%d bytes is over the session's max_file_bytes (%d)"):format(
-    bytes, st.max_file_bytes), { option = "data" })
+    bytes, limits.max_file_bytes), { option = "data" })
 end
 
--- An error of Session:_open_file as an answer: too large 413, missing
--- 404 (conflict: 409 with size 0, for an append), others as they are.
+-- The status of an error of Session:open_file by its code (sbx.errors):
+-- too large 413, missing 404; others by kind.
+local OPEN_STATUS = { too_large = 413, not_found = 404 }
+
+-- An error of Session:open_file as an answer (conflict: a missing file of
+-- an append is 409 with size 0).
 local function open_error(e, conflict)
-  local msg = type(e) == "table" and tostring(e.message) or ""
-  if type(e) == "table" and e.kind == "InvalidArgument" and
-      (msg:match("max_file_bytes") or msg:match("over the cap") or msg:match("larger than")) then
-    local r = from_error(e)
-    r.status = 413
-    return r
-  end
-  if type(e) == "table" and e.kind == "InvalidArgument" and msg:match("[Nn]o such file") then
-    if conflict then return conflict(0, msg) end
-    local r = from_error(e)
-    r.status = 404
-    return r
-  end
-  return from_error(e)
+  local status = type(e) == "table" and e.kind == "InvalidArgument" and OPEN_STATUS[e.code]
+  if status == 404 and conflict then return conflict(0, tostring(e.message)) end
+  local r = from_error(e)
+  if status then r.status = status end
+  return r
 end
 
 -- The writes of uploads run on threads of their own (src/server/fileio.c);
@@ -463,13 +460,12 @@ end
 -- PUT with offset N > 0: append the body to the file whose size is N
 -- (src/server/fileput.c); any other size is 409 with the current size.
 local function append(rec, path, offset, data)
-  local st = rec.s._st
   local function conflict(size, why)
     return fail(409, "Conflict", ("%s: cannot append at offset %d: %s"):format(path, offset, why),
       { path = path, offset = offset, size = size })
   end
-  if offset + #data > st.max_file_bytes then return over_max_file(st, offset + #data) end
-  local ok, fd = pcall(rec.s._open_file, rec.s, path)
+  if offset + #data > rec.limits.max_file_bytes then return over_max_file(rec.limits, offset + #data) end
+  local ok, fd = pcall(rec.s.open_file, rec.s, path)
   if not ok then return open_error(fd, conflict) end
   local job, jkind, jmsg = cfg.file_io.append(fd, offset, data)
   local done, kind, msg, size
@@ -491,14 +487,14 @@ local function file_op(req, rec, path)
     if not offset then return bad end
     local data = req.raw or ""
     if offset > 0 then return append(rec, path, offset, data) end
-    if #data > rec.s._st.max_file_bytes then return over_max_file(rec.s._st, #data) end
+    if #data > rec.limits.max_file_bytes then return over_max_file(rec.limits, #data) end
     local ok, e = pcall(rec.s.put_bytes, rec.s, path, data, put_off_loop)
     if not ok then return from_error(e) end
     return reply(200, { path = path, size = #data, offset = 0 })
   end
   -- GET streams the file from an fd (handler.c), never holding it whole;
   -- HEAD answers its size only.
-  local ok, data, size = pcall(rec.s._open_file, rec.s, path)
+  local ok, data, size = pcall(rec.s.open_file, rec.s, path)
   if not ok then return open_error(data) end
   return { status = 200, file = { fd = data, size = size } }
 end
