@@ -305,6 +305,7 @@ static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, ui
 	stream *s = find_stream(g, id);
 	if (!s) {
 		/* Answered here, or closed: nothing of it is kept. */
+		h2g_answered_data(g, id, len, flags & FL_END_STREAM);
 		h2g_credit_window(g, len);
 		return SBX_H2G_OK;
 	}
@@ -391,6 +392,7 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 		stream *s = find_stream(g, id);
 		if (s)
 			drop_stream(g, s);
+		h2g_answered_forget(g, id);
 		break;
 	}
 	case F_SETTINGS:

@@ -43,6 +43,9 @@ typedef struct stream {
 	bool client_closed, server_closed, server_headers, msgpack;
 } stream;
 
+#define H2G_MAX_ANSWERED 8
+#define H2G_ANSWERED_DISCARD_MAX (64u * 1024)
+
 struct sbx_h2g {
 	sbx_h2g_limits lim;
 	sbx_h2g_hooks hooks;
@@ -73,9 +76,23 @@ struct sbx_h2g {
 	uint32_t wu_credit; /* WINDOW_UPDATEs earned by DATA h2o sent */
 	uint64_t held;
 	uint64_t n401, n503;
+	/* Streams answered here while their client was still sending: its DATA
+	 * is discarded (and credited back); RST_STREAM(NO_ERROR) goes out only
+	 * once H2G_ANSWERED_DISCARD_MAX bytes of it were dropped, so a client
+	 * finishing a small body reads its answer (libcurl fails a request
+	 * whose stream is reset while it still uploads). */
+	struct {
+		uint32_t id, discarded;
+	} answered[H2G_MAX_ANSWERED];
+	size_t n_answered;
 };
 
 /* ---- h2guard_out.c ---- */
+/* DATA of a stream answered here arrived (len bytes, end: END_STREAM):
+ * past H2G_ANSWERED_DISCARD_MAX ask the client to stop (RST NO_ERROR). */
+void h2g_answered_data(sbx_h2g *g, uint32_t id, uint32_t len, bool end);
+/* The stream ended (a reset either way): forget it. */
+void h2g_answered_forget(sbx_h2g *g, uint32_t id);
 size_t h2g_avail(const sbx_h2g_buf *b);
 /* Append what src holds to dst. */
 void h2g_append(sbx_h2g_buf *dst, const sbx_h2g_buf *src);

@@ -161,8 +161,9 @@ static void hpack_field(sbx_h2g_buf *b, size_t name_index, const char *v, size_t
 	sbx_h2g_buf_put(b, v, vl);
 }
 
-/* Answer stream id with status and the front's error body, then (when the
- * client is still sending) RST_STREAM(NO_ERROR) (RFC 9113 8.1). */
+/* Answer stream id with status and the front's error body; when the client
+ * is still sending, RST_STREAM(NO_ERROR) (RFC 9113 8.1) follows once it has
+ * sent more than a small body (h2g_answered_data). */
 void h2g_answer(sbx_h2g *g, uint32_t id, int status, bool msgpack, bool client_done)
 {
 	char body[512], num[24], st[8];
@@ -186,10 +187,39 @@ void h2g_answer(sbx_h2g *g, uint32_t id, int status, bool msgpack, bool client_d
 	sbx_h2g_buf_free(&hb);
 	h2g_frame_head(out, (uint32_t)bl, F_DATA, FL_END_STREAM, id);
 	sbx_h2g_buf_put(out, body, bl);
-	if (!client_done)
-		h2g_u32_frame(out, F_RST, id, 0 /* NO_ERROR */);
+	if (!client_done) {
+		if (g->n_answered < H2G_MAX_ANSWERED) {
+			g->answered[g->n_answered].id = id;
+			g->answered[g->n_answered++].discarded = 0;
+		} else {
+			h2g_u32_frame(out, F_RST, id, 0 /* NO_ERROR */);
+		}
+	}
 	if (status == 401)
 		g->n401++;
 	else
 		g->n503++;
+}
+
+void h2g_answered_forget(sbx_h2g *g, uint32_t id)
+{
+	for (size_t i = 0; i < g->n_answered; i++)
+		if (g->answered[i].id == id) {
+			g->answered[i] = g->answered[--g->n_answered];
+			return;
+		}
+}
+
+void h2g_answered_data(sbx_h2g *g, uint32_t id, uint32_t len, bool end)
+{
+	for (size_t i = 0; i < g->n_answered; i++) {
+		if (g->answered[i].id != id)
+			continue;
+		g->answered[i].discarded += len;
+		if (!end && g->answered[i].discarded > H2G_ANSWERED_DISCARD_MAX)
+			h2g_u32_frame(h2g_inj(g), F_RST, id, 0 /* NO_ERROR */);
+		if (end || g->answered[i].discarded > H2G_ANSWERED_DISCARD_MAX)
+			h2g_answered_forget(g, id);
+		return;
+	}
 }
