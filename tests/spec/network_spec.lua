@@ -5,7 +5,9 @@
 -- runs inside the fake "host" namespace; nothing touches a real address.
 --
 -- Each case runs a Lua script under `ip netns exec NAME-host sbxlua`; the
--- script prints `key<TAB>value` lines the spec checks.
+-- script writes `key<TAB>value` lines the spec checks to a results file of
+-- its own (one write per line), never to stdout: the host side's log lines
+-- on stdout/stderr cannot split or swallow a result.
 
 local F = require "net.fakenet"
 local H = require "spec.sec_helpers"
@@ -14,9 +16,10 @@ local SBXLUA = H.SBXLUA
 
 -- A session opened inside the script, and helpers it uses.
 local PRELUDE = [[
-io.stdout:setvbuf("no")
 local sbx = require "sbx"
-local function out(k, v) print(k .. "\t" .. (tostring(v):gsub("%s+$", ""):gsub("\n", "\\n"))) end
+local RESULTS = assert(io.open(RESULTS_PATH, "w"))
+RESULTS:setvbuf("no")
+local function out(k, v) RESULTS:write(k .. "\t" .. (tostring(v):gsub("%s+$", ""):gsub("\n", "\\n")) .. "\n") end
 local function sh(s, cmd, o) local r = s:exec(cmd, o) return r end
 -- A raw proxy request from inside the sandbox: send `req`, print the reply's first line.
 local RAW = [=[python3 -c '
@@ -45,13 +48,19 @@ describe("network modes", function()
 
   -- Run code (after PRELUDE) in the fake host netns; returns { key = value }, raw output.
   local function run(code, env)
-    local path = dir .. "/case.lua"
-    H.write_file(path, PRELUDE .. "local CA = " .. string.format("%q", net:ca_file()) .. "\n" .. code)
+    local path, results = dir .. "/case.lua", dir .. "/results"
+    os.remove(results)
+    H.write_file(path, "local RESULTS_PATH = " .. string.format("%q", results) .. "\n" .. PRELUDE
+      .. "local CA = " .. string.format("%q", net:ca_file()) .. "\n" .. code)
     local o, rc = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env " .. (env or "")
       .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " " .. F.quote(SBXLUA) .. " " .. F.quote(path))
+    local got = H.read_file(results) or ""
     local t = {}
-    for k, v in o:gmatch("([%w_]+)\t([^\n]*)") do t[k] = v end
-    return t, o, rc
+    for line in got:gmatch("[^\n]+") do
+      local k, v = line:match("^([%w_]+)\t(.*)$")
+      if k then t[k] = v end
+    end
+    return t, o .. "\n-- results --\n" .. got, rc
   end
 
   setup(function()
