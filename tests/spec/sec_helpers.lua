@@ -422,7 +422,7 @@ while True:
   local out = M.sh("/usr/bin/python3 " .. M.q(dir .. "/lsn.py") .. " " .. M.q(log)
     .. " >" .. M.q(dir .. "/port") .. " 2>/dev/null & echo $!")
   local pid = tonumber(out:match("%d+"))
-  local port = M.wait_for(5, function()
+  local port = M.wait_for(60, function()
     local p = M.read_file(dir .. "/port")
     return p and tonumber(p:match("%d+"))
   end)
@@ -467,7 +467,7 @@ while True:
   local out = M.sh("/usr/bin/python3 " .. M.q(dir .. "/unix.py") .. " " .. M.q(addr) .. " "
     .. M.q(log) .. " >" .. M.q(dir .. "/ready") .. " 2>/dev/null & echo $!")
   local pid = tonumber(out:match("%d+"))
-  assert(M.wait_for(5, function()
+  assert(M.wait_for(60, function()
     return (M.read_file(dir .. "/ready") or ""):find("ready")
   end), "unix listener did not start on " .. addr)
   return {

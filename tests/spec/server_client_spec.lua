@@ -43,17 +43,19 @@ describe_srv("sbx.remote client", function()
   end)
 
   it("streams lines as they are produced (first line well before the exit)", function()
+    -- Order, not seconds: the run waits for a file the test puts only
+    -- after it has read "first", so "first" came while the run went on.
     local t0 = now()
-    local p = s:run("echo first; sleep 1; echo second")
+    local p = s:run("echo first; while [ ! -e go ]; do sleep 0.02; done; sleep 1; echo second", { timeout_s = 120 })
     local it = p:lines()
     assert.equal("first", it())
-    local t_first = now() - t0
+    s:put_bytes("go", "")
     assert.equal("second", it())
     assert.is_nil(it())
     assert.equal(0, p:wait())
     local t_all = now() - t0
-    assert.is_true(t_first < 0.6, "first line after " .. t_first .. " s")
     assert.is_true(t_all >= 1.0, "whole run took " .. t_all .. " s")
+    s:exec("rm -f go")
   end)
 
   it("exec, communicate, non-zero exits as data, read, stderr", function()
@@ -205,7 +207,9 @@ describe_srv("sbx.remote transport failures", function()
     assert.is_false(ok)
     assert.is_true(errors.is(e, "SandboxExecutionError"), tostring(e))
     assert.is_string(e.reason)
-    assert.is_true(now() - t0 < 5)
+    -- Refused, not given up on after a wait (what "quickly" means here).
+    assert.is_nil(tostring(e.reason):lower():find("time[ds]? ?out"), e.reason)
+    io.stderr:write(("server_client: a dead endpoint failed after %.0f ms\n"):format((now() - t0) * 1000))
   end)
 
   it("a server killed mid-run ends the run with SandboxExecutionError, not a hang", function()
@@ -218,7 +222,9 @@ describe_srv("sbx.remote transport failures", function()
     local ok, e = pcall(p.wait, p)
     assert.is_false(ok)
     assert.is_true(errors.is(e, "SandboxExecutionError"), tostring(e))
-    assert.is_true(now() - t0 < 5)
+    -- The server's death was noticed, not waited out (the run's sleep is 30 s).
+    assert.is_nil(tostring(e):lower():find("time[ds]? ?out"), tostring(e))
+    io.stderr:write(("server_client: a killed server ended the run after %.0f ms\n"):format((now() - t0) * 1000))
     srv:cleanup()
   end)
 
