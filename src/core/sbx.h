@@ -147,9 +147,7 @@ sbx_session *sbx_session_open(const sbx_session_opts *opts, sbx_err *err);
  *                       caller's, who closes it with sbx_session_close when
  *                       it gives up (its own deadline, or the failure).
  */
-/* A bound for a wedged setup, not a performance target: 10 s failed
- * healthy opens on a loaded 2-core machine (load 15-38). */
-#define SBX_SESSION_READY_TIMEOUT_MS 30000
+#define SBX_SESSION_READY_TIMEOUT_MS 10000
 sbx_session *sbx_session_start(const sbx_session_opts *opts, sbx_err *err);
 int sbx_session_ready_fd(const sbx_session *s);
 int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
