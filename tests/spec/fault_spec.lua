@@ -366,14 +366,19 @@ print("done")
 
   it("mid-stream: the run is killed", function()
     local n, expr = marker()
-    local body, status, code = srv:curl("/v1/sessions/" .. sid .. "/runs", "--max-time", "1.5",
-      "-H", srv:auth(), "-H", JSON,
-      "-d", ('{"cmd":"sleep %s & while :; do echo tick; sleep 0.02; done"}'):format(expr))
-    local _ = code
-    -- cut by --max-time: the stream started, but no final event came
-    assert.is_truthy((body or ""):find("tick", 1, true), "the stream never started: " .. tostring(body))
+    -- The client goes once the stream has started (curl in the background,
+    -- killed when "tick" has arrived), not at a --max-time racing the load.
+    local out, pidf = os.tmpname(), os.tmpname()
+    os.execute(("curl -sN --max-time 300 --http2-prior-knowledge -H %s -H %s -d %s %s >%s 2>&1 </dev/null & echo $! >%s")
+      :format(S.q(srv:auth()), S.q(JSON), S.q(('{"cmd":"sleep %s & while :; do echo tick; sleep 0.02; done"}'):format(expr)),
+        S.q(srv.url .. "/v1/sessions/" .. sid .. "/runs"), S.q(out), S.q(pidf)))
+    local started = wait_until(function() return (S.read_file(out) or ""):find("tick", 1, true) ~= nil end, 120)
+    os.execute("kill " .. tonumber(S.read_file(pidf):match("%d+")) .. " 2>/dev/null")
+    local body = S.read_file(out) or ""
+    os.remove(out)
+    os.remove(pidf)
+    assert.is_truthy(started, "the stream never started: " .. body)
     assert.is_falsy(body:find('"type":"exit"', 1, true), "the run ended by itself?\n" .. body)
-    local _ = status
     assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) == 0 end, 60),
       "the run outlived its client's disconnect")
     local ok, hb = healthy(srv)
@@ -387,11 +392,16 @@ print("done")
       "--max-time", "1.5", "-H", srv:auth(), "-T", big)
     os.remove(big)
     assert.are_not.equal(200, cut_status, "the upload was expected to be cut (--max-time)")
-    S.sleep(0.3)
+    -- sbxd drops the cut upload's temp file when it sees the cut: wait for
+    -- that (a condition, not a 0.3 s sleep), then nothing may be left.
+    local b, st2
+    wait_until(function()
+      b, st2 = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+        "-d", '{"cmd":"ls -A /tmp/sandbox-work; echo listed"}')
+      return st2 == 200 and not b:find(".sbx-tmp", 1, true)
+    end, 60)
     local body, status = srv:curl("/v1/sessions/" .. sid .. "/files/partial.bin", "-H", srv:auth())
     assert.are.equal(404, status, "a cut upload left a file: " .. #body .. " bytes")
-    local b, st2 = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
-      "-d", '{"cmd":"ls -A /tmp/sandbox-work; echo listed"}')
     assert.are.equal(200, st2, b)
     assert.is_falsy(b:find("partial", 1, true), "the sandbox sees a partial upload: " .. b)
     assert.is_falsy(b:find(".sbx-tmp", 1, true), "a temp file of the cut upload is left: " .. b)
