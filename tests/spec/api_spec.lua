@@ -664,7 +664,7 @@ describe("sbx.core (the C binding)", function()
     local took = T.now_ms() - t0
     assert.is_true(took >= 90, tostring(took))
     assert.is_true(r:kill(core.signals.KILL))
-    local ev, res = r:next(5000)
+    local ev, res = r:next(60000)
     assert.are.equal("exit", ev)
     assert.are.equal("killed", res.term)
     assert.are.equal(-9, res.returncode)

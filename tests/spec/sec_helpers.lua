@@ -84,6 +84,20 @@ function M.sh(cmd, merge)
   return body or out, tonumber(rc)
 end
 
+-- M.sh for a command whose stdout is parsed: its stderr goes to a file and
+-- comes back after a marker line, so no stderr line lands inside a line
+-- of stdout.  Returns that text and the exit code.
+function M.sh_apart(cmd)
+  local errf = os.tmpname()
+  local out, rc = M.sh("( " .. cmd .. "\n) 2>" .. M.q(errf))
+  local err = M.read_file(errf) or ""
+  os.remove(errf)
+  if err == "" then
+    return out, rc
+  end
+  return out .. (out:sub(-1) == "\n" and "" or "\n") .. "-- stderr --\n" .. err, rc
+end
+
 function M.read_file(path)
   local f = io.open(path, "rb")
   if not f then
