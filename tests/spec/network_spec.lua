@@ -24,7 +24,7 @@ local function sh(s, cmd, o) local r = s:exec(cmd, o) return r end
 -- A raw proxy request from inside the sandbox: send `req`, print the reply's first line.
 local RAW = [=[python3 -c '
 import socket, sys
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s = socket.create_connection(("127.0.0.1", 3128), timeout=60)
 s.sendall(sys.argv[1].encode("latin-1").decode("unicode_escape").encode("latin-1"))
 data = b""
 while b"\r\n" not in data:
@@ -90,11 +90,11 @@ local s = sbx.session{ backend = "userns", network_mode = "allowlist",
   network_allowlist = { "pypi.org", "*.pythonhosted.org", "evil.test", "meta.evil.test", "far.test" },
   network_denylist = { "203.0.113.0/24" } }
 s:put_bytes("ca.pem", io.open(CA):read("*a"))
-local C = "curl -sS --max-time 20 --cacert ca.pem "
+local C = "curl -sS --max-time 60 --cacert ca.pem "
 out("https", sh(s, C .. "https://pypi.org/hello").stdout)
 out("https_sub", sh(s, C .. "https://files.pythonhosted.org/hello").stdout)
 out("plain", sh(s, C .. "http://pypi.org/hello").stdout)
-out("socks", sh(s, "curl -sS --max-time 20 --cacert ca.pem --proxy socks5h://127.0.0.1:3128 https://pypi.org/hello").stdout)
+out("socks", sh(s, "curl -sS --max-time 60 --cacert ca.pem --proxy socks5h://127.0.0.1:3128 https://pypi.org/hello").stdout)
 local r = sh(s, C .. "https://example.com/")
 out("denied_rc", r.returncode) out("denied_err", r.stderr)
 out("denied_body", sh(s, C .. "http://example.com/hello").stdout)
@@ -204,7 +204,7 @@ s:close()
     local function script(open_session)
       return open_session .. [[
 s:put_bytes("ca.pem", io.open(CA):read("*a"))
-local C = "curl -sS --max-time 10 --cacert ca.pem https://pypi.org/hello"
+local C = "curl -sS --max-time 60 --cacert ca.pem https://pypi.org/hello"
 out("first", sh(s, C, { network_mode = "blocked" }).returncode)
 out("install", sh(s, C, { network_mode = "allowlist" }).stdout)
 out("again", sh(s, C, { network_mode = "blocked" }).returncode)
@@ -246,7 +246,7 @@ out("m_refused2", m:match("sbxd_proxy_refused_total (%d+)"))
 s:close()
 local o = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
   network_mode = "open", network_denylist = { "203.0.113.0/24" } }
-out("open_remote", o:exec("curl -sS --max-time 5 http://198.51.100.2/hello").stdout)
+out("open_remote", o:exec("curl -sS --max-time 60 http://198.51.100.2/hello").stdout)
 out("open_remote_far", o:exec("curl -sS --max-time 5 http://203.0.113.2/hello").returncode)
 o:close()
 srv:stop()
