@@ -67,14 +67,6 @@ describe_srv("sbxd detached runs", function()
     return T.wait_for(function() return srv:log():find("event=run_detached session=%x+ run=" .. id) end, 120)
   end
 
-  local function post_run(body, max_time)
-    local hdr = srv.dir .. "/hdr.txt"
-    local out = H.sh(("curl -s --http2-prior-knowledge --max-time %s -D %s -H %s -H %s -d %s %s/v1/sessions/%s/runs"):format(
-      max_time, hdr, H.q(srv:auth()), H.q(JSON), H.q(body), srv.url, sid))
-    local f = io.open(hdr) local h = f and f:read("*a") or "" if f then f:close() end
-    return out, h
-  end
-
   it("keeps a detached run when curl goes, names it, and re-attaches to its output and exit", function()
     local marker = "detach-curl-" .. os.time()
     -- The run waits for a file the test puts once curl is gone and sbxd
