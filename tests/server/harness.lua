@@ -123,7 +123,8 @@ end
 -- curl with the server's URL prefix: M.curl(srv, "-X", "GET", "/v1/sessions", ...)
 -- Returns body, http status (number), and curl's exit code.
 function Srv:curl(path, ...)
-  local args = { "curl", "-s", "-S", "--max-time", "20", "-w", "\\n%{http_code}" }
+  -- 120 s: a deadline for a loaded machine, not a latency bound.
+  local args = { "curl", "-s", "-S", "--max-time", "120", "-w", "\\n%{http_code}" }
   if self.cert then args[#args + 1] = "--cacert" args[#args + 1] = self.cert
   else args[#args + 1] = "--http2-prior-knowledge" end
   for _, a in ipairs { ... } do args[#args + 1] = a end

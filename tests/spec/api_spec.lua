@@ -124,13 +124,15 @@ describe("a session's runs", function()
   end)
 
   it("stream lines as they arrive, before the command exits", function()
+    -- Order, not milliseconds: the run holds until the test has read "a"
+    -- and lets it go on (a file in its work dir), so "a" can only arrive
+    -- while the command is still running.  timeout_s bounds a lost line.
     local t0 = T.now_ms()
-    local p = s:run("echo a; sleep 1; echo b")
+    local p = s:run("echo a; while [ ! -e go ]; do sleep 0.02; done; sleep 1; echo b", { timeout_s = 120 })
     local it = p:lines()
     assert.are.equal("a", it())
-    local first = T.now_ms() - t0
-    assert.is_true(first < 800, ("first line after %d ms"):format(first))
     assert.is_nil(p.returncode, "still running")
+    s:put_bytes("go", "")
     assert.are.equal("b", it())
     assert.is_true(T.now_ms() - t0 >= 900)
     assert.is_nil(it())
@@ -139,7 +141,9 @@ describe("a session's runs", function()
     assert.are.equal("", p.termination_reason)
     assert.is_nil(p.signal)
     assert.are.equal("userns", p.backend)
-    assert.is_true(p.runtime_ms >= 900 and p.runtime_ms < 10000, tostring(p.runtime_ms))
+    -- In ms: at least the sleep, at most what the test saw.
+    assert.is_true(p.runtime_ms >= 900 and p.runtime_ms <= T.now_ms() - t0, tostring(p.runtime_ms))
+    s:exec("rm -f go")
   end)
 
   it("yield empty lines, and a last line without a newline at EOF", function()
@@ -246,11 +250,10 @@ describe("a session's runs", function()
   end)
 
   it("kill() ends a run at once: 'killed', -9", function()
+    -- -9 and "killed" say the kill ended it, not the 100 s sleep.
     local p = s:run("sleep 100")
-    local t0 = T.now_ms()
     assert.is_true(p:kill())
     assert.are.equal(-9, p:wait())
-    assert.is_true(T.now_ms() - t0 < 2000)
     assert.are.equal("killed", p.termination_reason)
     assert.are.equal(9, p.signal)
     assert.is_false(p:kill(), "nothing to kill once it has ended")
@@ -266,10 +269,9 @@ describe("a session's runs", function()
       -- 30 s with a unique fraction: a survivor is named, and bounded.
       local marker = ("30.%06d"):format(math.random(0, 999999))
       local p = fresh:run("sleep " .. marker)
-      local t0 = T.now_ms()
       assert.is_true(p:kill())
       assert.are.equal(-9, p:wait())
-      assert.is_true(T.now_ms() - t0 < 2000, "kill took " .. (T.now_ms() - t0) .. " ms")
+      assert.are.equal("killed", p.termination_reason)
       local h = io.popen("pgrep -f -x 'sleep " .. marker .. "'")
       local left = h:read("*a")
       h:close()
@@ -305,16 +307,16 @@ describe("a session's runs", function()
     local took = T.now_ms() - t0
     assert.is_true(rc == -15 or rc == -9, tostring(rc))
     assert.are.equal("timeout", p.termination_reason)
-    assert.is_true(took >= 450 and took < 4000, ("took %d ms"):format(took))
+    -- Not before its time; the 10 s sleep did not end it (the reason says so).
+    assert.is_true(took >= 450, ("took %d ms"):format(took))
     assert.are.equal("still here\n", s:exec("echo still here").stdout)
   end)
 
   it("timeout_s escalates to SIGKILL when SIGTERM is ignored", function()
+    -- -9: SIGKILL ended it (the ignored SIGTERM did not, nor the sleeps).
     local p = s:run("trap '' TERM; sleep 10; sleep 10", { timeout_s = 0.3 })
-    local t0 = T.now_ms()
-    p:wait()
+    assert.are.equal(-9, p:wait())
     assert.are.equal("timeout", p.termination_reason)
-    assert.is_true(T.now_ms() - t0 < 8000)
   end)
 
   it("exec returns the documented result", function()
@@ -518,11 +520,15 @@ describe("close", function()
 
   it("ends the runs still going: waiting on them raises SessionClosed", function()
     local s = sbx.session {}
-    local p = s:run("sleep 100")
-    local t0 = T.now_ms()
+    -- The run's sleep is gone (named by a unique fraction), not merely
+    -- unreachable: checked on the host with a generous deadline.
+    local marker = ("100.%06d"):format(math.random(0, 999999))
+    local p = s:run("exec sleep " .. marker)
+    assert.is_true(T.wait_for(function() return T.procs_exact("sleep " .. marker) > 0 end, 60), "never started")
     s:close()
     T.expect("SessionClosed", p.wait, p)
-    assert.is_true(T.now_ms() - t0 < 3000)
+    assert.is_true(T.wait_for(function() return T.procs_exact("sleep " .. marker) == 0 end, 60),
+      "the run outlived its session")
   end)
 
   it("is what collecting an abandoned session does", function()
@@ -656,9 +662,9 @@ describe("sbx.core (the C binding)", function()
     local t0 = T.now_ms()
     assert.is_false(r:next(100, true, true))
     local took = T.now_ms() - t0
-    assert.is_true(took >= 90 and took < 2000, tostring(took))
+    assert.is_true(took >= 90, tostring(took))
     assert.is_true(r:kill(core.signals.KILL))
-    local ev, res = r:next(5000)
+    local ev, res = r:next(60000)
     assert.are.equal("exit", ev)
     assert.are.equal("killed", res.term)
     assert.are.equal(-9, res.returncode)

@@ -50,7 +50,7 @@ describe("resource ceilings", function()
       local again = s:exec("echo still here")
       print("again=" .. again.stdout:gsub("\n", "|") .. again.termination_reason)
       s:close()
-    ]]):format(cmd), 120)
+    ]]):format(cmd), 240)
     assert.are.equal(0, rc, out)
     return {
       reason = out:match("reason=([^\n]*)"), rc = tonumber(out:match("rc=(%-?%d+)")),
@@ -100,8 +100,11 @@ describe("resource ceilings", function()
   it("count tmpfs pages: filling /tmp past memory_mb is an oom, not a host cost", function()
     -- /tmp (256 MiB) and /dev/shm (64 MiB) together hold more than the
     -- memory ceiling: the pages are the limit, charged to the session.
+    -- The shell may go on for one look (50 ms) after head's death: the
+    -- long sleep makes "survived" mean the whole run was not ended, not
+    -- that the host's look came a little late on a busy machine.
     local r = oom_case("head -c 250M /dev/zero > /tmp/fill; head -c 60M /dev/zero > /dev/shm/fill; "
-      .. "echo survived")
+      .. "sleep 300; echo survived")
     assert.are.equal("oom", r.reason, r.out)
     assert.is_nil(r.stdout:find("survived"), "the whole run ended: " .. r.out)
     assert.are.equal("still here|", r.again, r.out)
@@ -110,9 +113,9 @@ describe("resource ceilings", function()
   it("hold a fork bomb at pids; the session and the host stay responsive", function()
     local s = sbx.session { pids = 32 }
     finally(function() s:close() end)
-    local t0 = T.now_ms()
-    local r = s:exec("bomb() { bomb | bomb & }; bomb; sleep 1; echo done", { timeout_s = 20 })
-    assert.is_true(T.now_ms() - t0 < 20000, "the bomb did not wedge the run")
+    -- timeout_s only bounds a wedged run: ending by it is the failure.
+    local r = s:exec("bomb() { bomb | bomb & }; bomb; sleep 1; echo done", { timeout_s = 120 })
+    assert.are_not.equal("timeout", r.termination_reason, "the bomb wedged the run: " .. T.show(r))
     assert.is_truthy(r.stderr:find("fork", 1, true) or r.stderr:find("Resource", 1, true),
       "the shell saw fork fail: " .. T.show(r))
     -- The host is fine: it can still fork.
@@ -263,7 +266,7 @@ describe("resource ceilings", function()
     local out, rc = H.run_child([[
       local sbx = require "sbx"
       local s = sbx.session { memory_mb = 64 }
-      local r = s:exec([=[sh -c 'python3 -c "x = bytearray(10**9)"; echo survived; sleep 5; echo after']=])
+      local r = s:exec([=[sh -c 'python3 -c "x = bytearray(10**9)"; echo survived; sleep 300; echo after']=])
       print("reason=" .. r.termination_reason)
       print("rc=" .. tostring(r.returncode))
       print("ms=" .. tostring(r.runtime_ms))
@@ -271,13 +274,13 @@ describe("resource ceilings", function()
       local again = s:exec("echo still here")
       print("again=" .. again.stdout:gsub("\n", "|") .. again.termination_reason)
       s:close()
-    ]], 60)
+    ]], 240)
     assert.are.equal(0, rc, out)
     assert.are.equal("oom", out:match("reason=([^\n]*)"), out)
     assert.are.equal(-9, tonumber(out:match("rc=(%-?%d+)")), out)
     -- The shell goes on for at most one look (50 ms) after python's death:
-    -- "survived" may make it out, the sleep never ends, "after" never comes.
-    assert.is_true(tonumber(out:match("ms=(%d+)")) < 2500, out)
+    -- "survived" may make it out, the 300 s sleep never ends (the child's
+    -- 240 s bound would fail the case), "after" never comes.
     assert.is_nil(out:match("stdout=[^\n]*after"), out)
     assert.are.equal("still here|", out:match("again=([^\n]*)"), out)
   end)
@@ -320,7 +323,7 @@ describe("resource ceilings", function()
       assert.are.equal("oom", out:match("reason=([^\n]*)"), out)
       -- Checked right as the run ended, before the session closed.
       assert.are.equal("", out:match("left=([^\n]*)"), out)
-      assert.are.equal("", wait_gone(mark, 2000))
+      assert.are.equal("", wait_gone(mark, 60000))
     end)
 
     it("kill every process of a run, setsid and double-forked ones too (" .. b.name .. ")", function()
@@ -347,7 +350,7 @@ describe("resource ceilings", function()
       assert.is_true(tonumber(out:match("before=(%d+)")) >= 2, out)
       assert.are.equal("killed", out:match("reason=([^\n]*)"), out)
       assert.are.equal("0", out:match("after=(%d+)"), out)
-      assert.are.equal("", wait_gone(mark, 2000))
+      assert.are.equal("", wait_gone(mark, 60000))
     end)
   end
 

@@ -31,24 +31,23 @@ describe("fakenet", function()
 
   setup(function()
     before = root_net_state()
-    local t0 = os.time()
-    local c0 = os.clock()
     net = F.up(name)
-    -- os.time has 1 s resolution; the wall time is checked in its own test below.
-    assert.is_true(os.time() - t0 <= 2 and os.clock() - c0 < 2)
   end)
 
   teardown(function()
     if net then net:down() end
   end)
 
-  it("comes up in under 2 s and down again, idempotently", function()
+  -- How long "up" takes is a figure, printed, not asserted: a loaded
+  -- machine makes it anything (no timing assertions in specs).
+  it("comes up and down again, idempotently", function()
     local out, rc = F.run("n=" .. name .. "x; s=$(date +%s%N); " .. F.quote(F.SCRIPT) ..
       " up $n >/dev/null && e=$(date +%s%N) && " .. F.quote(F.SCRIPT) .. " down $n && " ..
       F.quote(F.SCRIPT) .. " down $n && echo $(( (e - s) / 1000000 ))")
     assert.are.equal(0, rc, out)
     local ms = tonumber(out:match("(%d+)%s*$"))
-    assert.is_true(ms ~= nil and ms < 2000, "up took " .. tostring(ms) .. " ms")
+    assert.is_number(ms, out)
+    io.stderr:write(("fakenet: up took %d ms\n"):format(ms))
     local list = F.run("ip netns list")
     assert.is_nil(list:find(name .. "x-", 1, true))
   end)

@@ -150,7 +150,7 @@ describe_srv("kill -9 of sbxd", function()
       local sid = new_session(srv)
       new_session(srv) -- an idle second session: its zygote must go too
       local ctx = begin(srv, sid)
-      assert.is_true(wait_until(function() return ready(srv, sid, ctx) end, 10),
+      assert.is_true(wait_until(function() return ready(srv, sid, ctx) end, 60),
         what .. " never got under way\n" .. srv:log())
       local below, n = descendants(srv.pid)
       assert.is_true(n >= 2, "sbxd has no sandbox processes below it: " .. n)
@@ -158,7 +158,7 @@ describe_srv("kill -9 of sbxd", function()
       assert.is_true(dirs >= 2, "no session dirs in the state dir")
       srv:stop("KILL")
       -- no orphan: every process that was below sbxd dies with it
-      local gone = wait_until(function() return #alive(below) == 0 end, 5)
+      local gone = wait_until(function() return #alive(below) == 0 end, 60)
       assert.is_true(gone, what .. ": left behind:\n" .. table.concat(alive(below), "\n"))
       if ctx and ctx.marker then
         assert.are.same({}, S.procs_exact("sleep " .. ctx.marker))
@@ -259,7 +259,7 @@ describe_srv("kill -9 of a host side with networked sessions", function()
       -- A run that holds a connection to the proxy open.
       local n, expr = marker()
       curl_bg(srv, "/v1/sessions/" .. sid .. "/runs", "-H", JSON, "-d", ([[{"cmd":"python3 -c 'import socket,time; s=socket.create_connection((\"127.0.0.1\",3128)); time.sleep(60)' & exec sleep %s"}]]):format(expr))
-      assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) > 0 end, 10), srv:log())
+      assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) > 0 end, 60), srv:log())
       assert.is_true(wait_until(function()
         local m = srv:curl("/metrics", "-H", srv:auth())
         return (tonumber(m:match("sbxd_proxy_connections_active (%d+)")) or 0) >= 1
@@ -268,7 +268,7 @@ describe_srv("kill -9 of a host side with networked sessions", function()
       assert.is_truthy(names:find("pasta", 1, true), "no pasta below sbxd:\n" .. names)
       assert.is_true(count >= 5, names)
       srv:stop("KILL")
-      assert.is_true(wait_until(function() return #alive(below) == 0 end, 5),
+      assert.is_true(wait_until(function() return #alive(below) == 0 end, 60),
         "left behind:\n" .. table.concat(alive(below), "\n"))
       assert.are.same({}, S.procs_exact("sleep " .. n))
     end)
@@ -287,7 +287,7 @@ s:exec("sleep 60")
     local out = state .. "/out"
     local pid = S.sh(("SBX_STATE_DIR=%s %s %s >%s 2>&1 & echo $!"):format(S.q(state), S.q(S.SBXLUA),
       S.q(script), S.q(out))):match("%d+")
-    assert.is_true(wait_until(function() return (S.read_file(out) or ""):find("ready", 1, true) end, 10),
+    assert.is_true(wait_until(function() return (S.read_file(out) or ""):find("ready", 1, true) end, 60),
       S.read_file(out))
     local below, _, names = kill_check(tonumber(pid))
     assert.is_truthy(names:find("sbx-proxy", 1, true) or names:find(S.SBXLUA, 1, true), names)
@@ -297,7 +297,7 @@ s:exec("sleep 60")
     end
     assert.are.equal(1, proxies, "one proxy child expected:\n" .. names)
     os.execute("kill -9 " .. pid)
-    assert.is_true(wait_until(function() return #alive(below) == 0 end, 5),
+    assert.is_true(wait_until(function() return #alive(below) == 0 end, 60),
       "left behind:\n" .. table.concat(alive(below), "\n"))
   end)
 end)
@@ -366,15 +366,20 @@ print("done")
 
   it("mid-stream: the run is killed", function()
     local n, expr = marker()
-    local body, status, code = srv:curl("/v1/sessions/" .. sid .. "/runs", "--max-time", "1.5",
-      "-H", srv:auth(), "-H", JSON,
-      "-d", ('{"cmd":"sleep %s & while :; do echo tick; sleep 0.02; done"}'):format(expr))
-    local _ = code
-    -- cut by --max-time: the stream started, but no final event came
-    assert.is_truthy((body or ""):find("tick", 1, true), "the stream never started: " .. tostring(body))
+    -- The client goes once the stream has started (curl in the background,
+    -- killed when "tick" has arrived), not at a --max-time racing the load.
+    local out, pidf = os.tmpname(), os.tmpname()
+    os.execute(("curl -sN --max-time 300 --http2-prior-knowledge -H %s -H %s -d %s %s >%s 2>&1 </dev/null & echo $! >%s")
+      :format(S.q(srv:auth()), S.q(JSON), S.q(('{"cmd":"sleep %s & while :; do echo tick; sleep 0.02; done"}'):format(expr)),
+        S.q(srv.url .. "/v1/sessions/" .. sid .. "/runs"), S.q(out), S.q(pidf)))
+    local started = wait_until(function() return (S.read_file(out) or ""):find("tick", 1, true) ~= nil end, 120)
+    os.execute("kill " .. tonumber(S.read_file(pidf):match("%d+")) .. " 2>/dev/null")
+    local body = S.read_file(out) or ""
+    os.remove(out)
+    os.remove(pidf)
+    assert.is_truthy(started, "the stream never started: " .. body)
     assert.is_falsy(body:find('"type":"exit"', 1, true), "the run ended by itself?\n" .. body)
-    local _ = status
-    assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) == 0 end, 5),
+    assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) == 0 end, 60),
       "the run outlived its client's disconnect")
     local ok, hb = healthy(srv)
     assert.is_true(ok, hb)
@@ -387,11 +392,16 @@ print("done")
       "--max-time", "1.5", "-H", srv:auth(), "-T", big)
     os.remove(big)
     assert.are_not.equal(200, cut_status, "the upload was expected to be cut (--max-time)")
-    S.sleep(0.3)
+    -- sbxd drops the cut upload's temp file when it sees the cut: wait for
+    -- that (a condition, not a 0.3 s sleep), then nothing may be left.
+    local b, st2
+    wait_until(function()
+      b, st2 = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+        "-d", '{"cmd":"ls -A /tmp/sandbox-work; echo listed"}')
+      return st2 == 200 and not b:find(".sbx-tmp", 1, true)
+    end, 60)
     local body, status = srv:curl("/v1/sessions/" .. sid .. "/files/partial.bin", "-H", srv:auth())
     assert.are.equal(404, status, "a cut upload left a file: " .. #body .. " bytes")
-    local b, st2 = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
-      "-d", '{"cmd":"ls -A /tmp/sandbox-work; echo listed"}')
     assert.are.equal(200, st2, b)
     assert.is_falsy(b:find("partial", 1, true), "the sandbox sees a partial upload: " .. b)
     assert.is_falsy(b:find(".sbx-tmp", 1, true), "a temp file of the cut upload is left: " .. b)

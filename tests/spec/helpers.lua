@@ -45,6 +45,27 @@ function M.now_ms()
   return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
 end
 
+-- Poll cond() every 50 ms until it is true or seconds have passed ->
+-- true | false.  A deadline for a condition, never a timing assertion:
+-- keep it generous (a loaded machine is slow, not wrong).
+function M.wait_for(cond, seconds)
+  local deadline = M.now_ms() + seconds * 1000
+  repeat
+    if cond() then return true end
+    os.execute("sleep 0.05")
+  until M.now_ms() > deadline
+  return cond() and true or false
+end
+
+-- How many host processes have exactly this command line (pgrep -f -x).
+function M.procs_exact(cmdline)
+  local h = io.popen("pgrep -f -x '" .. cmdline:gsub("'", [['\'']]) .. "'")
+  local n = 0
+  for _ in h:lines() do n = n + 1 end
+  h:close()
+  return n
+end
+
 -- catch(fn, ...) -> the error fn raised; fails the test when fn returns.
 function M.catch(fn, ...)
   local ok, e = pcall(fn, ...)

@@ -19,12 +19,12 @@ local sbx = require "sbx"
 local BACKENDS = { "userns", "privileged", "bubblewrap" }
 
 -- Run code in a child sbxlua started by `prefix` (env, setsid) with args;
--- returns its output and exit code.
+-- returns its output (stdout, then its stderr after a marker) and exit code.
 local function child(code, prefix, args, timeout_s)
   local dir = H.mktemp_dir("hostproc")
   H.write_file(dir .. "/child.lua", code)
-  local out, rc = H.sh(string.format("cd %s && timeout -s KILL %d %s %s %s %s", H.q(H.ROOT),
-    timeout_s or 60, prefix, H.q(H.SBXLUA), H.q(dir .. "/child.lua"), args or ""), true)
+  local out, rc = H.sh_apart(string.format("cd %s && timeout -s KILL %d %s %s %s %s", H.q(H.ROOT),
+    timeout_s or 240, prefix, H.q(H.SBXLUA), H.q(dir .. "/child.lua"), args or ""))
   H.rmtree(dir)
   return out, rc
 end
@@ -207,7 +207,7 @@ p:kill("INT")
 print("CONTROL", p:wait())
 s:close()
 ]], backend)
-      local out = child(code, "setsid -w", "", 90)
+      local out = child(code, "setsid -w", "", 240)
       local n = 0
       for i, rc in out:gmatch("RUN%s+(%d+)%s+(%-?%d+)") do
         n = n + 1

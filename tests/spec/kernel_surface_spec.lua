@@ -44,7 +44,7 @@ local function start_vsock_listener()
   H.write_file(listener_dir .. "/l.py", code)
   H.sh(string.format("(timeout 900 /usr/bin/python3 %s >%s 2>&1 &)",
     H.q(listener_dir .. "/l.py"), H.q(listener_dir .. "/log")))
-  return H.wait_for(10, function() return H.exists(listener_dir .. "/pid") end)
+  return H.wait_for(60, function() return H.exists(listener_dir .. "/pid") end)
 end
 
 local function stop_vsock_listener()

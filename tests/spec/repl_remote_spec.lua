@@ -31,7 +31,7 @@ describe_srv("sbxlua --remote under tmux", function()
       s = screen()
       if s:find(text, 1, true) then return s end
       sh("sleep 0.05")
-    until (clock.now_ns() - t0) / 1e9 > (timeout_s or 10)
+    until (clock.now_ns() - t0) / 1e9 > (timeout_s or 60)
     error(("timed out waiting for %q; screen:\n%s\nsbxd log:\n%s"):format(text, s, srv:log()), 2)
   end
   local function keys(...)

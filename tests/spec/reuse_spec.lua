@@ -28,16 +28,36 @@ local function assert_nothing_left(s, ns1, marker)
   assert.are.same({}, H.procs_matching("sleep " .. marker))
 end
 
--- Give the last run's init time to get ready again: then the next run takes
--- it (a ready given-back init comes before the zygote's offer).
-local function settle()
-  H.sleep(0.1)
+-- recvmsg's number here: a reused init's next workload blocks in it once it
+-- has told the host it is ready ("r", init.c), so it is seen from /proc.
+local RECVMSG = ({ x86_64 = 47, aarch64 = 212 })[(H.sh("uname -m"):match("%S+"))]
+
+-- Is the init of PID namespace ns ready for the next run, or gone?
+local function ready_or_gone(ns)
+  local pids = H.procs_in_ns("pid", ns)
+  for _, pid in ipairs(pids) do
+    local nspid = (H.read_file("/proc/" .. pid .. "/status") or ""):match("NSpid:[^\n]*%s(%d+)\n")
+    local call = tonumber((H.read_file("/proc/" .. pid .. "/syscall") or ""):match("^(%d+)"))
+    if nspid ~= "1" and call == RECVMSG then return true end
+  end
+  return #pids == 0
+end
+
+-- Wait (on the condition, not a fixed time) until the init that served
+-- the run in ns is ready again, so the next run takes it (a ready
+-- given-back init comes before the zygote's offer), or has ended (then
+-- the next run gets another, which the case asserts).
+local function settle(ns)
+  assert(ns, "settle: which run's init?")
+  if not RECVMSG then return H.sleep(0.5) end
+  assert.is_true(H.wait_for(120, function() return ready_or_gone(ns) end), "the init of " .. ns
+    .. " never got ready again: " .. H.describe(H.procs_in_ns("pid", ns)))
 end
 
 -- The PID namespaces of two runs of `true`, settled between.
 local function two_runs(s)
   local ns1 = ns_run(s, "true")
-  settle()
+  settle(ns1)
   return ns1, (ns_run(s, "true"))
 end
 
@@ -66,7 +86,7 @@ describe("init reuse", function()
     local marker = "31" .. H.token():sub(-5)
     local ns1 = ns_run(s, ("setsid sleep %s </dev/null >/dev/null 2>&1 & "
       .. "( (sleep %s.5 </dev/null >/dev/null 2>&1 &) & ) ; echo started"):format(marker, marker))
-    settle()
+    settle(ns1)
     assert_nothing_left(s, ns1, marker)
   end)
 
@@ -74,7 +94,7 @@ describe("init reuse", function()
     local marker = "4." .. H.token():sub(-6)
     local ns1 = ns_run(s, ("sh -c 'while :; do sleep %s & done' >/dev/null 2>&1 & sleep 0.2; echo left")
       :format(marker))
-    settle()
+    settle(ns1)
     local ns2, count = ns_run(s, "ls /proc | grep -c '^[0-9]'")
     assert.are.equal(ns1, ns2)
     -- init, sh, ls, grep at most.
@@ -85,7 +105,7 @@ describe("init reuse", function()
   it("gives each run a fresh /tmp and /dev/shm", function()
     local ns1 = ns_run(s, "echo s1 > /tmp/secret; mkdir /tmp/d; ln -s /etc /tmp/l; "
       .. "echo s2 > /dev/shm/secret; echo ok")
-    settle()
+    settle(ns1)
     local ns2, seen = ns_run(s, "ls -A /tmp /dev/shm")
     assert.are.equal(ns1, ns2)
     assert.are.equal("/dev/shm:\n\n/tmp:\nsandbox-work\n", seen)
@@ -94,7 +114,7 @@ describe("init reuse", function()
   it("gives a full /tmp back empty", function()
     local ns1, full = ns_run(s, "dd if=/dev/zero of=/tmp/fill bs=1M count=400 2>/dev/null; df -k /tmp | tail -1")
     assert.is_truthy(full:find(" 100%", 1, true), full)
-    settle()
+    settle(ns1)
     local ns2, df = ns_run(s, "df -k /tmp | tail -1")
     assert.are.equal(ns1, ns2)
     local used = tonumber(df:match("^%S+%s+%d+%s+(%d+)"))
@@ -107,9 +127,9 @@ describe("init reuse", function()
     -- cannot see the same ctime on two mounts.
     local ctime = "stat -c %z /tmp"
     local ns1, c1 = ns_run(s, ctime)
-    settle()
+    settle(ns1)
     local ns2, c2 = ns_run(s, ctime .. "; touch /tmp/x")
-    settle()
+    settle(ns2)
     local ns3, c3 = ns_run(s, ctime .. "; ls -A /tmp")
     assert.are.equal(ns1, ns2)
     assert.are.equal(ns2, ns3)
@@ -125,14 +145,14 @@ describe("init reuse", function()
       { timeout_s = 0.3 })
     assert.are.equal("timeout", r.termination_reason)
     local ns1 = r.stdout:match("^(pid:%[%d+%])")
-    settle()
+    settle(ns1)
     assert_nothing_left(s, ns1, marker)
   end)
 
   it("keeps serving after a run signals its init", function()
     local ns1, out = ns_run(s, "kill -STOP 1; kill -KILL 1; kill -TERM 1; kill -HUP 1; echo alive")
     assert.are.equal("alive\n", out)
-    settle()
+    settle(ns1)
     local ns2, out2 = ns_run(s, "echo again")
     assert.are.equal(ns1, ns2)
     assert.are.equal("again\n", out2)
@@ -144,11 +164,11 @@ describe("init reuse", function()
     assert.is_truthy(ns1:match("^pid:%[%d+%]$"), ns1)
     p:kill()
     p:wait()
-    settle()
+    settle(ns1)
     local ns2 = ns_run(s, "true")
     assert.are_not.equal(ns1, ns2)
     -- No process is left in the killed run's namespace.
-    assert.is_true(H.wait_for(5, function() return #H.procs_in_ns("pid", ns1) == 0 end),
+    assert.is_true(H.wait_for(60, function() return #H.procs_in_ns("pid", ns1) == 0 end),
       H.describe(H.procs_in_ns("pid", ns1)))
   end)
 
@@ -167,7 +187,7 @@ describe("init reuse", function()
     local ps = {}
     for i = 1, 8 do ps[i] = s:run("sleep 0.3") end
     for i = 1, 8 do ps[i]:wait() end
-    settle()
+    H.sleep(0.1) -- the count below waits on its own condition
     local _, count = ns_run(s, "true")
     local userns = H.session_userns(s)
     local function inits()
@@ -180,7 +200,7 @@ describe("init reuse", function()
     -- 4 idle (init + workload each) + the zygote's warm one (2), the one
     -- just given back getting ready: well under the 16 processes that 8
     -- kept inits would be.  The 4 let go end as the host drops them.
-    local settled = H.wait_for(5, function() return inits() <= 12 end)
+    local settled = H.wait_for(60, function() return inits() <= 12 end)
     assert.is_true(settled, tostring(inits()))
     assert.are.equal("", count)
   end)

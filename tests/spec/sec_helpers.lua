@@ -84,6 +84,20 @@ function M.sh(cmd, merge)
   return body or out, tonumber(rc)
 end
 
+-- M.sh for a command whose stdout is parsed: its stderr goes to a file and
+-- comes back after a marker line, so no stderr line lands inside a line
+-- of stdout.  Returns that text and the exit code.
+function M.sh_apart(cmd)
+  local errf = os.tmpname()
+  local out, rc = M.sh("( " .. cmd .. "\n) 2>" .. M.q(errf))
+  local err = M.read_file(errf) or ""
+  os.remove(errf)
+  if err == "" then
+    return out, rc
+  end
+  return out .. (out:sub(-1) == "\n" and "" or "\n") .. "-- stderr --\n" .. err, rc
+end
+
 function M.read_file(path)
   local f = io.open(path, "rb")
   if not f then
@@ -422,7 +436,7 @@ while True:
   local out = M.sh("/usr/bin/python3 " .. M.q(dir .. "/lsn.py") .. " " .. M.q(log)
     .. " >" .. M.q(dir .. "/port") .. " 2>/dev/null & echo $!")
   local pid = tonumber(out:match("%d+"))
-  local port = M.wait_for(5, function()
+  local port = M.wait_for(60, function()
     local p = M.read_file(dir .. "/port")
     return p and tonumber(p:match("%d+"))
   end)
@@ -467,7 +481,7 @@ while True:
   local out = M.sh("/usr/bin/python3 " .. M.q(dir .. "/unix.py") .. " " .. M.q(addr) .. " "
     .. M.q(log) .. " >" .. M.q(dir .. "/ready") .. " 2>/dev/null & echo $!")
   local pid = tonumber(out:match("%d+"))
-  assert(M.wait_for(5, function()
+  assert(M.wait_for(60, function()
     return (M.read_file(dir .. "/ready") or ""):find("ready")
   end), "unix listener did not start on " .. addr)
   return {
@@ -519,31 +533,45 @@ M.SBXLUA = (function()
   return M.ROOT .. "/build/bin/sbxlua"
 end)()
 
+-- A child's output: what it printed (stdout, the lines specs parse), then
+-- its stderr after a marker line.  The two go to separate files: a log
+-- line the host side writes to stderr (the proxy, the sanitizers) must
+-- never land inside a result line.
+local function child_output(dir)
+  local out, err = M.read_file(dir .. "/out") or "", M.read_file(dir .. "/err") or ""
+  if err == "" then
+    return out
+  end
+  return out .. (out:sub(-1) == "\n" and "" or "\n") .. "-- stderr --\n" .. err
+end
+
 -- Run Lua code in a separate sbxlua, killed after timeout_s: for cases that
 -- could hang the test process (a blocking read) or that kill the host side.
--- Returns stdout+stderr and the exit code (137 when killed by the timeout).
+-- Returns its output (child_output) and the exit code (137 when killed by
+-- the timeout).
 function M.run_child(code, timeout_s)
   local dir = M.mktemp_dir("child")
   M.write_file(dir .. "/child.lua", code)
-  local out, rc = M.sh(string.format("cd %s && timeout -s KILL %d %s %s",
-    M.q(M.ROOT), timeout_s, M.q(M.SBXLUA), M.q(dir .. "/child.lua")), true)
+  local _, rc = M.sh(string.format("cd %s && timeout -s KILL %d %s %s >%s 2>%s", M.q(M.ROOT), timeout_s,
+    M.q(M.SBXLUA), M.q(dir .. "/child.lua"), M.q(dir .. "/out"), M.q(dir .. "/err")))
+  local out = child_output(dir)
   M.rmtree(dir)
   return out, rc
 end
 
 -- Start Lua code in a separate sbxlua in the background; its output goes to
--- a file.  Returns { pid, output(), kill(sig), dir }.
+-- files.  Returns { pid, output() (child_output), kill(sig), dir }.
 function M.spawn_child(code)
   local dir = M.mktemp_dir("child")
   M.write_file(dir .. "/child.lua", code)
-  local out = M.sh(string.format("cd %s && { %s %s >%s 2>&1 & echo $!; }", M.q(M.ROOT),
-    M.q(M.SBXLUA), M.q(dir .. "/child.lua"), M.q(dir .. "/out")))
+  local out = M.sh(string.format("cd %s && { %s %s >%s 2>%s & echo $!; }", M.q(M.ROOT),
+    M.q(M.SBXLUA), M.q(dir .. "/child.lua"), M.q(dir .. "/out"), M.q(dir .. "/err")))
   local pid = tonumber(out:match("%d+"))
   return {
     pid = pid,
     dir = dir,
     output = function()
-      return M.read_file(dir .. "/out") or ""
+      return child_output(dir)
     end,
     kill = function(sig)
       ffi.C.kill(pid, sig or 9)

@@ -232,8 +232,8 @@ end
 s:close()
 ]])
     H.sh("chmod 755 " .. H.q(dir) .. " && chmod 644 " .. H.q(script))
-    local out, rc = H.sh("cd " .. H.q(H.ROOT) .. " && setpriv --reuid=65534 --regid=65534 --clear-groups "
-      .. "env HOME=/tmp XDG_RUNTIME_DIR= " .. H.q(H.SBXLUA) .. " " .. H.q(script), true)
+    local out, rc = H.sh_apart("cd " .. H.q(H.ROOT) .. " && setpriv --reuid=65534 --regid=65534 --clear-groups "
+      .. "env HOME=/tmp XDG_RUNTIME_DIR= " .. H.q(H.SBXLUA) .. " " .. H.q(script))
     H.rmtree(dir)
     if out:match("BackendUnavailable") then
       pending("unprivileged user namespaces are not available here")
@@ -267,8 +267,8 @@ s:close()
 local ok, err = pcall(sbx.session, { backend = "userns", nofile = 1024 })
 print("explicit", ok, ok or err.kind)
 ]])
-    local out, rc = H.sh("cd " .. H.q(H.ROOT) .. " && ulimit -Sn 512 && ulimit -Hn 512 && "
-      .. H.q(H.SBXLUA) .. " " .. H.q(script), true)
+    local out, rc = H.sh_apart("cd " .. H.q(H.ROOT) .. " && ulimit -Sn 512 && ulimit -Hn 512 && "
+      .. H.q(H.SBXLUA) .. " " .. H.q(script))
     H.rmtree(dir)
     assert.are.equal(0, rc, out)
     for i = 1, 3 do
