@@ -2,6 +2,8 @@
 -- repository root; make test runs it.  sbx's Lua runs under LuaJIT.
 std = "luajit"
 max_line_length = 120
+-- A method need not use its implicit self.
+self = false
 exclude_files = { "build*/**", ".git/**" }
 
 -- The specs and their helpers run under busted (describe, it, assert, ...).
