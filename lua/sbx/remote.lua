@@ -243,8 +243,8 @@ function Session:attach_run(run_id)
     { headers = headers(tr), backend = self.backend })
   if not src then
     if status == 404 then
-      errors.raise(errors.InvalidArgument("run_id", ("no detached run %s in session %s (ended and read, expired, or never there)")
-        :format(run_id, self.id)))
+      errors.raise(errors.InvalidArgument("run_id",
+        ("no detached run %s in session %s (ended and read, expired, or never there)"):format(run_id, self.id)))
     end
     errors.raise(err)
   end
@@ -290,7 +290,8 @@ local function file_path(path)
   if path:find("\0", 1, true) then errors.raise(errors.InvalidArgument("path", "contains a NUL byte")) end
   for comp in path:gmatch("[^/]+") do
     if comp == ".." then
-      errors.raise(errors.InvalidArgument("path", ("%q: '..' is not allowed; paths stay beneath the work dir"):format(path)))
+      errors.raise(errors.InvalidArgument("path",
+        ("%q: '..' is not allowed; paths stay beneath the work dir"):format(path)))
     end
   end
   return (path:gsub("[^%w%-%._~/]", function(c) return ("%%%02X"):format(c:byte()) end))

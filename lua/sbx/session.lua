@@ -154,8 +154,8 @@ local function open_waiting(c, copts, wait)
   -- The start itself (work dir, cgroup, clone) takes the host's thread a
   -- few ms: let its loop have a turn first, so opens arriving together
   -- are spread over turns.
-  local ok, why = wait(nil, deadline)
-  if not ok then return nil, "SandboxExecutionError", "the session open was abandoned: " .. tostring(why) end
+  local turned, twhy = wait(nil, deadline)
+  if not turned then return nil, "SandboxExecutionError", "the session open was abandoned: " .. tostring(twhy) end
   local cs, kind, msg = c.session_start(copts)
   if not cs then return nil, kind, msg end
   while true do
@@ -427,7 +427,8 @@ local function rel_path(st, path)
   if path:find("\0", 1, true) then errors.raise(errors.InvalidArgument("path", "contains a NUL byte")) end
   local norm, dotdot = options.normalize(path)
   if dotdot then
-    errors.raise(errors.InvalidArgument("path", ("%q: '..' is not allowed; paths stay beneath the work dir"):format(path)))
+    errors.raise(errors.InvalidArgument("path",
+      ("%q: '..' is not allowed; paths stay beneath the work dir"):format(path)))
   end
   if norm:sub(1, 1) == "/" then
     for _, root in ipairs { options.SANDBOX_WORKDIR, st.work_dir } do

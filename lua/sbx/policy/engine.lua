@@ -106,7 +106,9 @@ function Engine:session_open(req, ctx, gen, host)
       local keys = {}
       for _, k in ipairs(options.SESSION_KEYS) do keys[k] = true end
       for k in pairs(r) do
-        if not keys[k] or M.HOST_KEYS[k] then hooks.malformed(gen, "on_session_open", "unknown field " .. tostring(k)) end
+        if not keys[k] or M.HOST_KEYS[k] then
+          hooks.malformed(gen, "on_session_open", "unknown field " .. tostring(k))
+        end
       end
       local ok, checked = pcall(ceilings.session, gen, sandbox.data_copy(r), host)
       if not ok then
@@ -172,7 +174,9 @@ function Engine:connect(host, port, addrs, ctx, gen)
     local parsed = {}
     for i, a in ipairs(addrs or {}) do
       local p = match.ip.parse(a)
-      if not p then ceilings.deny(gen, "network.addrs", ("resolved address %s is not an address"):format(tostring(a))) end
+      if not p then
+        ceilings.deny(gen, "network.addrs", ("resolved address %s is not an address"):format(tostring(a)))
+      end
       parsed[i] = p
     end
     local hit = gen.deny_matcher:match(host, port, parsed)

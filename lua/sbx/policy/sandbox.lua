@@ -37,7 +37,7 @@ M.copy = copy
 -- wait, it can only compute, so its CPU time is its wall time).  No FFI
 -- declarations here: C declarations are global to the process and would
 -- clash with other modules' own.
-local now_ms = os.clock
+local now_ms
 do
   local ok, core = pcall(require, "sbx.core")
   if ok and type(core) == "table" and type(core.monotonic_ms) == "function" then

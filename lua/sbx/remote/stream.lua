@@ -144,7 +144,8 @@ function M.start(conn, method, path, payload, o)
     if not src.meta.run_id then
       pump(src, 0)
       local r = src.result
-      return nil, r and r.term == "error" and r.err or answer.transport("the server did not name the detached run", o.backend)
+      if r and r.term == "error" and r.err then return nil, r.err end
+      return nil, answer.transport("the server did not name the detached run", o.backend)
     end
   end
   return src
