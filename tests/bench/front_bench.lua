@@ -90,7 +90,9 @@ local ok, err = pcall(function()
     for _, s in ipairs(side) do
       local srv = s.srv
       local c0, t0 = cpu_s(srv.pid), now()
-      local out = H.sh(("curl -s %s -H %s -H 'accept: application/msgpack' -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}' %s/v1/sessions/%s/runs"):format(
+      local out = H.sh(("curl -s %s -H %s -H 'accept: application/msgpack'"
+        .. " -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}'"
+        .. " %s/v1/sessions/%s/runs"):format(
         s.tls and ("--cacert " .. H.q(srv.cert)) or "--http2-prior-knowledge", H.q(srv:auth()), bytes, srv.url, s.id))
       local secs = (now() - t0) / 1000
       assert(tonumber(out) and tonumber(out) >= bytes, s.name .. ": short download: " .. tostring(out))
@@ -126,7 +128,8 @@ local ok, err = pcall(function()
     for _ = 1, 3 do
       for _, s in ipairs(side) do
         if not s.tls then
-          local out = H.sh(("h2load -n 2000 -c 1 -m 32 -H %s -H 'content-type: application/json' -d %s %s/v1/sessions/%s/runs 2>&1"):format(
+          local out = H.sh(("h2load -n 2000 -c 1 -m 32 -H %s -H 'content-type: application/json'"
+            .. " -d %s %s/v1/sessions/%s/runs 2>&1"):format(
             H.q(s.srv:auth()), bodyf, s.srv.url, s.id))
           local rate = out:match("finished in [%d.]+m?s, ([%d.]+) req/s")
           if rate and tonumber(out:match("status codes: (%d+) 2xx") or 0) == 2000 then

@@ -57,9 +57,12 @@ end
 
 local run_us = time(function() engine:run(REQ, CTX) end)
 local admit_us = time(function()
-  engine:admit_run(ST, "python3 -m pip install --no-index ./pkg", { env = { FOO = "bar" }, cwd = "sub", timeout_s = 30 })
+  engine:admit_run(ST, "python3 -m pip install --no-index ./pkg",
+    { env = { FOO = "bar" }, cwd = "sub", timeout_s = 30 })
 end)
-local open_us = time(function() engine:session_open({ backend = "userns", network_mode = "blocked", memory_mb = 1024 }, {}) end)
+local open_us = time(function()
+  engine:session_open({ backend = "userns", network_mode = "blocked", memory_mb = 1024 }, {})
+end)
 local connect_us = time(function()
   engine:connect("files.pythonhosted.org", 443, { "151.101.0.223", "2a04:4e42::223" },
     { network_mode = "open" })

@@ -91,7 +91,8 @@ local ok, err = pcall(function()
       return tonumber(srv:curl("/metrics", "-H", srv:auth()):match('sbxd_runs_finished_total{outcome="exit"} (%d+)'))
     end
     local before = exits()
-    local out = H.sh(("h2load -n %d -c 1 -m 32 -H %s -H 'content-type: application/json' -d %s %s/v1/sessions/%s/runs 2>&1"):format(
+    local out = H.sh(("h2load -n %d -c 1 -m 32 -H %s -H 'content-type: application/json'"
+      .. " -d %s %s/v1/sessions/%s/runs 2>&1"):format(
       target, H.q(srv:auth()), bodyf, srv.url, id))
     os.remove(bodyf)
     local took, unit, rate = out:match("finished in ([%d.]+)(m?s), ([%d.]+) req/s")
@@ -99,7 +100,8 @@ local ok, err = pcall(function()
     local ok2xx = tonumber(out:match("status codes: (%d+) 2xx") or 0)
     local ended = exits() - before
     if rate and ok2xx == target and ended == target then
-      print(("remote runs/s, 32 concurrent streams (h2load -m 32): %.0f runs/s (%d runs in %.2f s, each ended in exit; target >= 1000)"):format(
+      print(("remote runs/s, 32 concurrent streams (h2load -m 32): %.0f runs/s"
+        .. " (%d runs in %.2f s, each ended in exit; target >= 1000)"):format(
         tonumber(rate), target, secs2))
     else
       print(("h2load: not measured (%s 2xx, %s runs ended with exit, of %d)"):format(ok2xx, ended, target))
@@ -128,7 +130,8 @@ local ok, err = pcall(function()
   local id = H.json_field(body, "id")
   local bytes = math.floor(args.gib * 1024 * 1024 * 1024)
   local t1 = now()
-  local out = H.sh(("curl -s --http2-prior-knowledge -H %s -H 'accept: application/msgpack' -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}' %s/v1/sessions/%s/runs"):format(
+  local out = H.sh(("curl -s --http2-prior-knowledge -H %s -H 'accept: application/msgpack'"
+    .. " -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}' %s/v1/sessions/%s/runs"):format(
     H.q(srv:auth()), bytes, srv.url, id))
   local remote_s = (now() - t1) / 1000
   local t2 = now()

@@ -40,7 +40,8 @@ do
 end
 if #backends == 0 then backends = { "userns" } end
 if #modules == 0 then modules = MODULES end
-if sh("test -x " .. PY .. " && test -d /usr/lib/python3.11/test/test_os.py -o -f /usr/lib/python3.11/test/test_os.py") ~= 0 then
+if sh("test -x " .. PY
+    .. " && test -d /usr/lib/python3.11/test/test_os.py -o -f /usr/lib/python3.11/test/test_os.py") ~= 0 then
   die(PY .. " or its test suite is missing: apt-get install libpython3.11-testsuite (scripts/bootstrap-deps.sh)")
 end
 if not out then
@@ -68,7 +69,8 @@ if sh(("mkdir -p %s/tmp && chown -R 65534:65534 %s && chmod 0755 %s"):format(q(h
 end
 local function run_host(mod)
   local t0 = now()
-  local cmd = ("cd %s && prlimit --nofile=" .. nofile .. " setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin "
+  local cmd = ("cd %s && prlimit --nofile=" .. nofile
+    .. " setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin "
     .. "HOME=%s TMPDIR=%s/tmp LANG=C.UTF-8 timeout -k 10 %d %s -m test --junit-xml %s/%s.xml %s > %s/%s.log 2>&1")
     :format(q(hostdir), q(hostdir), q(hostdir), timeout, PY, q(hostdir), mod, mod, q(hostdir), mod)
   sh(cmd)

@@ -48,7 +48,10 @@ function M.start(o)
   o = o or {}
   counter = counter + 1
   local dir = sh("mktemp -d /tmp/sbxd-spec.XXXXXX"):gsub("%s+$", "")
-  local tokens = o.tokens or { alice = "tok-alice-" .. counter .. "-0123456789abcdef", bob = "tok-bob-" .. counter .. "-0123456789abcdef" }
+  local tokens = o.tokens or {
+    alice = "tok-alice-" .. counter .. "-0123456789abcdef",
+    bob = "tok-bob-" .. counter .. "-0123456789abcdef",
+  }
   local tf = io.open(dir .. "/tokens", "w")
   for tenant, tok in pairs(tokens) do tf:write(tok, " ", tenant, "\n") end
   tf:close()

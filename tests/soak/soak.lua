@@ -136,7 +136,7 @@ local function net_run(s, rand)
   return "net_" .. m
 end
 
-local function one_run(s, rand, sbx)
+local function one_run(s, rand)
   local kind = rand(1, 100)
   if kind <= 6 then
     return net_run(s, rand)
@@ -241,7 +241,7 @@ function run_soak(o, state_dir)
   -- warm-up: the first session loads code, the JIT and caches
   do
     local s = open_session()
-    for _ = 1, 20 do one_run(s, rand, sbx) end
+    for _ = 1, 20 do one_run(s, rand) end
     s:close()
   end
   local ids = {}
@@ -257,7 +257,7 @@ function run_soak(o, state_dir)
     end
     local quota = math.min(per * #wave, runs - done)
     for i = 1, quota do
-      local k = one_run(wave[(i - 1) % #wave + 1], rand, sbx)
+      local k = one_run(wave[(i - 1) % #wave + 1], rand)
       kinds[k] = (kinds[k] or 0) + 1
       done = done + 1
     end
