@@ -632,7 +632,8 @@ describe("sbx.core (the C binding)", function()
     local r = assert(s:run { argv = { "/bin/sh", "-c", "printf out; printf err >&2; exit 3" },
       env = { "PATH=/usr/bin:/bin" } })
     assert.is_nil(r:result())
-    local got, res = { stdout = "", stderr = "" }, nil
+    local got = { stdout = "", stderr = "" }
+    local res
     while true do
       local ev, data = r:next(5000, true, true)
       assert.is_not_nil(ev)

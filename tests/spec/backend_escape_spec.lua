@@ -35,7 +35,8 @@ for _, backend in ipairs { "privileged", "bubblewrap" } do
       return s ~= nil
     end
 
-    it("reports itself as " .. backend .. " and runs unprivileged: no_new_privs, seccomp 2, no capability, no uid 0", function()
+    it("reports itself as " .. backend
+      .. " and runs unprivileged: no_new_privs, seccomp 2, no capability, no uid 0", function()
       if not need() then return end
       local r = s:exec("cat /proc/self/status")
       assert.are.equal(0, r.returncode, H.show(r))

@@ -15,7 +15,6 @@ local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local T = dofile(here .. "helpers.lua")
 local H = dofile(here .. "sec_helpers.lua")
 local S = dofile(T.ROOT .. "/tests/server/harness.lua")
-local sbx = T.sbx
 
 if not T.has_core() or not H.is_root() or not S.have("python3") then
   describe("resource exhaustion", function()

@@ -85,7 +85,8 @@ describe("fakenet", function()
   end)
 
   it("serves /big/N deterministically with its checksum", function()
-    local out, rc = net:exec_host("a=$(curl -sS --max-time 20 http://198.51.100.2/big/8 | sha256sum | cut -d' ' -f1); " ..
+    local out, rc = net:exec_host(
+      "a=$(curl -sS --max-time 20 http://198.51.100.2/big/8 | sha256sum | cut -d' ' -f1); " ..
       "b=$(curl -sS --max-time 20 http://198.51.100.2/big/8.sha256); " ..
       "c=$(curl -sS --max-time 20 http://198.51.100.2/big/1.sha256); echo \"$a $b $c\"")
     assert.are.equal(0, rc, out)

@@ -239,7 +239,7 @@ describe_srv("kill -9 of a host side with networked sessions", function()
 
   -- Every process below the host side, the proxy's and pasta's included,
   -- must die with it: nothing may keep a namespace or a port alive.
-  local function kill_check(pid, what)
+  local function kill_check(pid)
     local below, n = descendants(pid)
     local names = {}
     for p in pairs(below) do names[#names + 1] = tostring(S.cmdline(p)) end
@@ -258,7 +258,9 @@ describe_srv("kill -9 of a host side with networked sessions", function()
       assert.are.equal(201, status, body)
       -- A run that holds a connection to the proxy open.
       local n, expr = marker()
-      curl_bg(srv, "/v1/sessions/" .. sid .. "/runs", "-H", JSON, "-d", ([[{"cmd":"python3 -c 'import socket,time; s=socket.create_connection((\"127.0.0.1\",3128)); time.sleep(60)' & exec sleep %s"}]]):format(expr))
+      local hold = [[python3 -c 'import socket,time; s=socket.create_connection((\"127.0.0.1\",3128)); time.sleep(60)']]
+      curl_bg(srv, "/v1/sessions/" .. sid .. "/runs", "-H", JSON, "-d",
+        ([[{"cmd":"%s & exec sleep %s"}]]):format(hold, expr))
       assert.is_true(wait_until(function() return #S.procs_exact("sleep " .. n) > 0 end, 60), srv:log())
       assert.is_true(wait_until(function()
         local m = srv:curl("/metrics", "-H", srv:auth())
@@ -369,8 +371,10 @@ print("done")
     -- The client goes once the stream has started (curl in the background,
     -- killed when "tick" has arrived), not at a --max-time racing the load.
     local out, pidf = os.tmpname(), os.tmpname()
-    os.execute(("curl -sN --max-time 300 --http2-prior-knowledge -H %s -H %s -d %s %s >%s 2>&1 </dev/null & echo $! >%s")
-      :format(S.q(srv:auth()), S.q(JSON), S.q(('{"cmd":"sleep %s & while :; do echo tick; sleep 0.02; done"}'):format(expr)),
+    os.execute(("curl -sN --max-time 300 --http2-prior-knowledge -H %s -H %s -d %s %s >%s 2>&1 </dev/null"
+      .. " & echo $! >%s")
+      :format(S.q(srv:auth()), S.q(JSON),
+        S.q(('{"cmd":"sleep %s & while :; do echo tick; sleep 0.02; done"}'):format(expr)),
         S.q(srv.url .. "/v1/sessions/" .. sid .. "/runs"), S.q(out), S.q(pidf)))
     local started = wait_until(function() return (S.read_file(out) or ""):find("tick", 1, true) ~= nil end, 120)
     os.execute("kill " .. tonumber(S.read_file(pidf):match("%d+")) .. " 2>/dev/null")
@@ -480,7 +484,8 @@ print("end")
 ]])
     local bin = H.BIN .. "/sbxlua"
     local cmd = ("unshare -m --propagation private sh -c %s"):format(S.q(
-      ("mount -t tmpfs -o size=4m,mode=755 sbx-fault %s/state && SBX_STATE_DIR=%s/state ASAN_OPTIONS=detect_leaks=0 exec %s %s")
+      ("mount -t tmpfs -o size=4m,mode=755 sbx-fault %s/state"
+        .. " && SBX_STATE_DIR=%s/state ASAN_OPTIONS=detect_leaks=0 exec %s %s")
       :format(dir, dir, S.q(bin), S.q(script))))
     S.sh("mkdir -p " .. S.q(dir .. "/state"))
     local out, rc = S.sh(cmd, true)

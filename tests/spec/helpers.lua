@@ -77,8 +77,8 @@ end
 -- test (showing what came instead) otherwise.
 function M.expect(kind, fn, ...)
   local e = M.catch(fn, ...)
-  assert(M.errors.is(e, kind),
-    ("expected %s, got %s"):format(kind, type(e) == "table" and tostring(e) .. " (" .. tostring(e.kind) .. ")" or tostring(e)))
+  local got = type(e) == "table" and tostring(e) .. " (" .. tostring(e.kind) .. ")" or tostring(e)
+  assert(M.errors.is(e, kind), ("expected %s, got %s"):format(kind, got))
   return e
 end
 

@@ -97,7 +97,8 @@ for _, backend in ipairs { "userns", "privileged", "bubblewrap" } do
       return s ~= nil
     end
 
-    it("refuses syscalls newer than libseccomp 2.5.4 (statmount, listmount, mseal, open_tree_attr) with ENOSYS", function()
+    it("refuses syscalls newer than libseccomp 2.5.4"
+      .. " (statmount, listmount, mseal, open_tree_attr) with ENOSYS", function()
       if not need() then return end
       for _, n in ipairs { "nr457_statmount", "nr458_listmount", "nr462_mseal", "nr467_open_tree_attr" } do
         if host.res[n] == "ENOSYS" then

@@ -113,11 +113,7 @@ describe("userns lifetime: within a session", function()
     finally(function()
       pcall(p.kill, p)
     end)
-    local first
-    for line in p:lines() do
-      first = line
-      break
-    end
+    local first = p:lines()()
     local pidns = first and first:match("^started (%S+)$")
     assert.is_truthy(pidns, tostring(first))
     -- The shell may echo before its background child has exec'd sleep.
@@ -284,7 +280,9 @@ describe("userns lifetime: closing the session", function()
     assert.is_truthy(err, "exec on a closed session did not raise")
     assert.are.equal("SessionClosed", H.errkind(err))
     pcall(p.wait, p)
-    p = nil
+    -- Drop the last reference, so the collections fd_count makes can close
+    -- the run's fds.
+    p = nil -- luacheck: ignore 311
     -- A leak stays; an fd still closing (a loaded machine is slow to reap
     -- and collect) settles: wait on that, with a deadline.
     local fds_after

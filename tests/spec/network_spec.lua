@@ -94,7 +94,8 @@ local C = "curl -sS --max-time 60 --cacert ca.pem "
 out("https", sh(s, C .. "https://pypi.org/hello").stdout)
 out("https_sub", sh(s, C .. "https://files.pythonhosted.org/hello").stdout)
 out("plain", sh(s, C .. "http://pypi.org/hello").stdout)
-out("socks", sh(s, "curl -sS --max-time 60 --cacert ca.pem --proxy socks5h://127.0.0.1:3128 https://pypi.org/hello").stdout)
+out("socks", sh(s, "curl -sS --max-time 60 --cacert ca.pem --proxy socks5h://127.0.0.1:3128"
+  .. " https://pypi.org/hello").stdout)
 local r = sh(s, C .. "https://example.com/")
 out("denied_rc", r.returncode) out("denied_err", r.stderr)
 out("denied_body", sh(s, C .. "http://example.com/hello").stdout)
@@ -127,7 +128,8 @@ except OSError as e:
 out("big", sh(s, C .. "https://pypi.org/big/64 | sha256sum | cut -d' ' -f1").stdout)
 out("big_want", sh(s, C .. "https://pypi.org/big/64.sha256").stdout)
 -- Many tunnels at once.
-out("many", sh(s, "seq 1 64 | xargs -P 32 -I{} " .. C .. "-o /dev/null -w '%{http_code}\\n' https://pypi.org/hello | sort | uniq -c").stdout)
+out("many", sh(s, "seq 1 64 | xargs -P 32 -I{} " .. C
+  .. "-o /dev/null -w '%{http_code}\\n' https://pypi.org/hello | sort | uniq -c").stdout)
 local st = s:proxy_stats()
 out("st_refused", st.refused) out("st_allowed", st.allowed) out("st_failed", st.failed)
 s:close()
@@ -237,11 +239,15 @@ local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
 local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
   network_mode = "allowlist", network_allowlist = { "pypi.org" } }
 ]] .. script(""):gsub("s:close%(%)", function() return [[
-local m = SH.sh("curl -s --http2-prior-knowledge -H 'Authorization: Bearer " .. srv.token.alice .. "' " .. srv.url .. "/metrics")
+local function metrics()
+  return SH.sh("curl -s --http2-prior-knowledge -H 'Authorization: Bearer " .. srv.token.alice .. "' "
+    .. srv.url .. "/metrics")
+end
+local m = metrics()
 out("m_allowed", m:match("sbxd_proxy_allowed_total (%d+)"))
 out("m_refused", m:match("sbxd_proxy_refused_total (%d+)"))
 local r = s:exec("curl -sS --max-time 10 https://example.com/ -o /dev/null")
-m = SH.sh("curl -s --http2-prior-knowledge -H 'Authorization: Bearer " .. srv.token.alice .. "' " .. srv.url .. "/metrics")
+m = metrics()
 out("m_refused2", m:match("sbxd_proxy_refused_total (%d+)"))
 s:close()
 local o = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",

@@ -100,9 +100,9 @@ describe("session options", function()
     -- not at the first connection (or, for open mode's deny CIDRs, never).
     for option, bad in pairs { network_allowlist = { "pypi.org", "*.*.x" },
                                network_denylist = { "10.0.0.0/33" } } do
-      local e = T.expect("InvalidArgument", session_opts, { network_mode = "open", [option] = bad })
-      assert.are.equal(option, e.option)
-      assert.matches("entry %d", e.message)
+      local bad_e = T.expect("InvalidArgument", session_opts, { network_mode = "open", [option] = bad })
+      assert.are.equal(option, bad_e.option)
+      assert.matches("entry %d", bad_e.message)
     end
     local o = session_opts { network_denylist = { "10.0.0.0/8" } }
     assert.are.equal("10.0.0.0/8", o.network_denylist[#o.network_denylist])

@@ -46,7 +46,9 @@ describe("policies/default.lua", function()
   it("gives userns and blocked network by default, permits allowlist and open", function()
     assert.are.equal("userns", e.defaults.backend)
     assert.are.equal("blocked", e.defaults.network_mode)
-    for _, m in ipairs { "blocked", "allowlist", "open" } do allows_open(e, { backend = "userns", network_mode = m }) end
+    for _, m in ipairs { "blocked", "allowlist", "open" } do
+      allows_open(e, { backend = "userns", network_mode = m })
+    end
     for _, b in ipairs { "userns", "privileged", "bubblewrap" } do allows_open(e, { backend = b }) end
     denies_open(e, { backend = "none" }, "ceilings.backends")
   end)

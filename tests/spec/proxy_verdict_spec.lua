@@ -45,7 +45,9 @@ describe("engine:proxy_verdict", function()
       return l
     end)() }
   local function name(host, port) return e:proxy_verdict({ phase = "name", host = host, port = port or 443 }, ctx) end
-  local function addrs(host, list) return e:proxy_verdict({ phase = "addrs", host = host, port = 443, addrs = list }, ctx) end
+  local function addrs(host, list)
+    return e:proxy_verdict({ phase = "addrs", host = host, port = 443, addrs = list }, ctx)
+  end
 
   it("allows a listed name and says what to resolve (normalized)", function()
     local v = name("PyPI.org.")

@@ -7,7 +7,8 @@ local H = dofile(T.ROOT .. "/tests/server/harness.lua")
 local msgpack = require "sbx.remote.msgpack"
 
 local runnable = H.available() and T.has_core() and H.have("curl")
-local describe_srv = runnable and describe or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core and curl)") end
+local describe_srv = runnable and describe
+  or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core and curl)") end
 
 describe_srv("sbxd HTTP/2 API", function()
   local srv, sid, ref
@@ -48,7 +49,7 @@ describe_srv("sbxd HTTP/2 API", function()
     local body, status = srv:curl("/v1/sessions")
     assert.equal(401, status)
     assert.equal("Unauthorized", H.json_field(body, "kind"))
-    body, status = srv:curl("/v1/sessions", "-H", "Authorization: Bearer wrong-token-0123456789")
+    status = select(2, srv:curl("/v1/sessions", "-H", "Authorization: Bearer wrong-token-0123456789"))
     assert.equal(401, status)
     body, status = srv:curl("/metrics", "-H", srv:auth())
     assert.equal(200, status)
@@ -92,7 +93,7 @@ describe_srv("sbxd HTTP/2 API", function()
       { "/v1/sessions/" .. sid .. "/files/x" },
     } do
       local path = table.remove(args, 1)
-      body, status = srv:curl(path, "-H", srv:auth("bob"), table.unpack(args))
+      body, status = srv:curl(path, "-H", srv:auth("bob"), unpack(args))
       assert.equal(404, status, path .. " " .. body)
       assert.equal("NotFound", H.json_field(body, "kind"))
     end
@@ -202,13 +203,14 @@ describe_srv("sbxd HTTP/2 API", function()
     -- from h2o 2.2 (documented), so curl gives up without a status.
     local big = srv.dir .. "/big"
     H.sh("head -c 100000 /dev/zero > " .. big)
-    local out = H.sh(("curl -s --http1.1 -o /dev/null -w '%%{http_code}' -H %s -X PUT --data-binary @%s %s/v1/sessions/%s/files/big"):format(
+    local out = H.sh(("curl -s --http1.1 -o /dev/null -w '%%{http_code}' -H %s -X PUT --data-binary @%s"
+      .. " %s/v1/sessions/%s/files/big"):format(
       H.q(srv:auth()), big, srv.url, sid))
     assert.equal("413", out)
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/files/big", "-H", srv:auth(), "-X", "PUT",
-      "--data-binary", "@" .. big)
+    status = select(2, srv:curl("/v1/sessions/" .. sid .. "/files/big", "-H", srv:auth(), "-X", "PUT",
+      "--data-binary", "@" .. big))
     assert.is_not.equal(200, status)
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/files/big", "-H", srv:auth())
+    status = select(2, srv:curl("/v1/sessions/" .. sid .. "/files/big", "-H", srv:auth()))
     assert.equal(404, status)
   end)
 
@@ -246,12 +248,12 @@ describe_srv("sbxd HTTP/2 API", function()
     assert.equal(400, status, body)
     assert.is_truthy(body:find("msgpack", 1, true))
     -- unsupported content type
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(),
-      "-H", "content-type: text/plain", "-d", "x")
+    status = select(2, srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(),
+      "-H", "content-type: text/plain", "-d", "x"))
     assert.equal(415, status)
     -- deeply nested JSON
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
-      "-d", ("["):rep(100) .. ("]"):rep(100))
+    status = select(2, srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", ("["):rep(100) .. ("]"):rep(100)))
     assert.equal(400, status)
     -- The depth limit is exact, and the same for JSON and msgpack (32
     -- levels, what msgpack-c's unpacker takes): 33 is refused by name.
@@ -274,39 +276,42 @@ describe_srv("sbxd HTTP/2 API", function()
   end)
 
   it("unknown routes 404, wrong methods 405", function()
-    local body, status = srv:curl("/v2/x", "-H", srv:auth())
+    local status = select(2, srv:curl("/v2/x", "-H", srv:auth()))
     assert.equal(404, status)
-    body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-X", "PUT")
+    status = select(2, srv:curl("/v1/sessions", "-H", srv:auth(), "-X", "PUT"))
     assert.equal(405, status)
+    local body
     body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth())
     assert.equal(405, status, body)
   end)
 
   it("a reference token runs, puts and gets in its session only; DELETE is 403", function()
     local rauth = "Authorization: Bearer " .. ref
-    local body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", rauth, "-H", JSON, "-d", '{"cmd":"echo ref"}')
+    local body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", rauth, "-H", JSON,
+      "-d", '{"cmd":"echo ref"}')
     assert.equal(200, status)
     assert.equal('{"type":"stdout","data":"ref\\n"}', body:match("^[^\n]+"))
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/files/r.txt", "-H", rauth, "-X", "PUT", "--data-binary", "r")
+    status = select(2, srv:curl("/v1/sessions/" .. sid .. "/files/r.txt", "-H", rauth, "-X", "PUT",
+      "--data-binary", "r"))
     assert.equal(200, status)
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/files/r.txt", "-H", rauth)
+    body = srv:curl("/v1/sessions/" .. sid .. "/files/r.txt", "-H", rauth)
     assert.equal("r", body)
-    body, status = srv:curl("/v1/sessions/" .. sid, "-H", rauth, "-X", "DELETE")
+    status = select(2, srv:curl("/v1/sessions/" .. sid, "-H", rauth, "-X", "DELETE"))
     assert.equal(403, status)
-    body, status = srv:curl("/v1/sessions", "-H", rauth)
+    status = select(2, srv:curl("/v1/sessions", "-H", rauth))
     assert.equal(403, status)
-    body, status = srv:curl("/v1/sessions", "-H", rauth, "-H", JSON, "-d", "{}")
+    status = select(2, srv:curl("/v1/sessions", "-H", rauth, "-H", JSON, "-d", "{}"))
     assert.equal(403, status)
-    body, status = srv:curl("/metrics", "-H", rauth)
+    status = select(2, srv:curl("/metrics", "-H", rauth))
     assert.equal(403, status)
     -- a forged reference (right shape, wrong secret)
     local forged = ref:gsub("_(%x)(%x+)$", function(a, b) return "_" .. (a == "0" and "1" or "0") .. b end)
-    body, status = srv:curl("/v1/sessions/" .. sid, "-H", "Authorization: Bearer " .. forged)
+    status = select(2, srv:curl("/v1/sessions/" .. sid, "-H", "Authorization: Bearer " .. forged))
     assert.equal(401, status)
     -- the reference of this session is not a key to another one
     local b2 = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d", "{}")
     local sid2 = H.json_field(b2, "id")
-    body, status = srv:curl("/v1/sessions/" .. sid2, "-H", rauth)
+    status = select(2, srv:curl("/v1/sessions/" .. sid2, "-H", rauth))
     assert.equal(404, status)
     srv:curl("/v1/sessions/" .. sid2, "-H", srv:auth(), "-X", "DELETE")
   end)
@@ -314,8 +319,9 @@ describe_srv("sbxd HTTP/2 API", function()
   it("GET /metrics is Prometheus text with the documented series", function()
     local body, status = srv:curl("/metrics", "-H", srv:auth())
     assert.equal(200, status)
-    for _, name in ipairs { "sbxd_sessions_open", "sbxd_runs_started_total", "sbxd_runs_finished_total{outcome=\"exit\"}",
-      "sbxd_streamed_bytes_total", "sbxd_run_duration_seconds_bucket", "sbxd_run_duration_seconds_count",
+    for _, name in ipairs { "sbxd_sessions_open", "sbxd_runs_started_total",
+      "sbxd_runs_finished_total{outcome=\"exit\"}", "sbxd_streamed_bytes_total",
+      "sbxd_run_duration_seconds_bucket", "sbxd_run_duration_seconds_count",
       "sbxd_policy_denials_total", "sbxd_auth_failures_total" } do
       assert.is_truthy(body:find(name, 1, true), name)
     end
@@ -332,9 +338,10 @@ describe_srv("sbxd HTTP/2 API", function()
   it("DELETE by the owner closes the session; then it is gone", function()
     local body, status = srv:curl("/v1/sessions/" .. sid, "-H", srv:auth(), "-X", "DELETE")
     assert.equal(200, status, body)
-    body, status = srv:curl("/v1/sessions/" .. sid, "-H", srv:auth())
+    status = select(2, srv:curl("/v1/sessions/" .. sid, "-H", srv:auth()))
     assert.equal(404, status)
-    body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON, "-d", '{"cmd":"true"}')
+    status = select(2, srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", '{"cmd":"true"}'))
     assert.equal(404, status)
   end)
 end)

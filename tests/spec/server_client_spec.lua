@@ -9,7 +9,8 @@ local sbx = T.sbx
 local errors = T.errors
 
 local runnable = H.available() and T.has_core() and H.have("curl") and pcall(require, "sbx.remote.http")
-local describe_srv = runnable and describe or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl)") end
+local describe_srv = runnable and describe
+  or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl)") end
 
 local clock = require "sbx.core"
 local function now() return clock.monotonic_ms() / 1000 end
@@ -173,7 +174,8 @@ describe_srv("sbx.remote client", function()
     local ps = { s:run("sleep 2"), s:run("sleep 2"), s:run("sleep 2") }
     e = raises("PolicyDenied", s.run, s, "true")
     assert.equal("limits", e.rule)
-    local out = H.sh(("curl -s -o /dev/null -D - --http2-prior-knowledge -H %s -d '{\"cmd\":\"true\"}' %s/v1/sessions/%s/runs"):format(
+    local out = H.sh(("curl -s -o /dev/null -D - --http2-prior-knowledge -H %s -d '{\"cmd\":\"true\"}'"
+      .. " %s/v1/sessions/%s/runs"):format(
       H.q(srv:auth()), srv.url, s.id))
     assert.matches("HTTP/2 429", out)
     assert.matches("retry%-after: 1", out)

@@ -16,7 +16,8 @@ local function raises(kind, f, ...)
   return e
 end
 
-local describe_srv = runnable and describe or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core and curl)") end
+local describe_srv = runnable and describe
+  or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core and curl)") end
 
 describe_srv("sbxd detached runs", function()
   local sbx = require "sbx"
@@ -129,7 +130,8 @@ describe_srv("sbxd detached runs", function()
     assert.equal(404, status)
     -- one client attached at a time
     local firstf = srv.dir .. "/first.out"
-    local first = io.popen(("curl -sN --http2-prior-knowledge --max-time 300 -H %s %s/v1/sessions/%s/runs/%s | tee %s"):format(
+    local first = io.popen(("curl -sN --http2-prior-knowledge --max-time 300 -H %s %s/v1/sessions/%s/runs/%s"
+      .. " | tee %s"):format(
       H.q(srv:auth()), srv.url, sid, id, firstf))
     -- Attached: output has reached it.
     assert.is_true(T.wait_for(function() return (T.read_file(firstf) or ""):find("tick", 1, true) ~= nil end, 120))
@@ -137,7 +139,8 @@ describe_srv("sbxd detached runs", function()
     body, status = srv:curl("/v1/sessions/" .. sid .. "/runs/" .. id, "-H", srv:auth())
     assert.equal(409, status)
     assert.equal("Conflict", H.json_field(body, "kind"))
-    local _, put = srv:curl("/v1/sessions/" .. sid .. "/files/gate2", "-X", "PUT", "-H", srv:auth(), "--data-binary", "")
+    local _, put = srv:curl("/v1/sessions/" .. sid .. "/files/gate2", "-X", "PUT", "-H", srv:auth(),
+      "--data-binary", "")
     assert.equal(200, put)
     local got = first:read("*a")
     first:close()

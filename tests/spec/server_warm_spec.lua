@@ -82,12 +82,14 @@ describe_core("warm runs", function()
     assert.matches("warm_runs", tostring(err))
   end)
 
-  local describe_srv = (H.available() and H.have("curl")) and describe or function(name) pending(name .. " (needs sbxd, curl)") end
+  local describe_srv = (H.available() and H.have("curl")) and describe
+    or function(name) pending(name .. " (needs sbxd, curl)") end
   describe_srv("sbxd --warm-runs", function()
     it("gives each session that many warm runs; the API cannot set it", function()
       local srv = assert(H.start { args = { "--warm-runs", "3" } })
       finally(function() srv:cleanup() end)
-      local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json", "-d", "{}")
+      local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
+        "-d", "{}")
       assert.equal(201, status, body)
       assert.equal(3, idle_inits(srv.pid, 3))
       body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
