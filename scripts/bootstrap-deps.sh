@@ -10,7 +10,7 @@ packages=(
 	build-essential cmake pkg-config
 	"libluajit-5.1-dev|libluajit2-5.1-dev" "luajit|luajit2"
 	libseccomp-dev libcap-dev libmsgpack-dev libedit-dev libcmocka-dev
-	lua-busted
+	lua-busted lua-check
 	bubblewrap util-linux python3 tmux procps iproute2 coreutils
 	libh2o-evloop-dev libssl-dev libjansson-dev libcurl4-openssl-dev libnghttp2-dev
 	nghttp2-client curl openssl python3-h2

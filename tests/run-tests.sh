@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # run-tests.sh: run every test of a build: the C unit tests (ctest) and the
 # busted specs (run by the build's own sbxlua, so they exercise the real
-# embedded runtime), then print, as the very last line:
+# embedded runtime), with `luacheck .` before the specs as one test, then
+# print, as the very last line:
 #     tests: P passed, F failed, S skipped
-# P = ctest passed + busted successes, F = failures + errors of both,
+# P = ctest passed + luacheck + busted successes, F = failures + errors of all,
 # S = ctest tests not run + busted pending.  Exits non-zero when anything
 # failed, when a runner did not report, or when no test ran at all.
 #
@@ -44,6 +45,22 @@ elif summary=$(grep -E '[0-9]+ tests? failed out of [0-9]+' "$log/ctest" | tail 
 	skipped=$((skipped + s))
 else
 	broken+=("ctest did not report (exit $ctest_rc)")
+	failed=$((failed + 1))
+fi
+
+# ---- luacheck: the Lua tree against the committed .luacheckrc ----
+# One test: passed when `luacheck .` reports nothing, else failed with its
+# report (a missing luacheck fails too: scripts/bootstrap-deps.sh installs it).
+echo "==> luacheck ."
+if ! command -v luacheck >/dev/null; then
+	echo "run-tests: luacheck missing (apt-get install lua-check; scripts/bootstrap-deps.sh)"
+	failed=$((failed + 1))
+elif luacheck --formatter plain . >"$log/luacheck" 2>&1; then
+	echo "luacheck: ok"
+	passed=$((passed + 1))
+else
+	cat "$log/luacheck"
+	echo "luacheck: FAILED (its report above)"
 	failed=$((failed + 1))
 fi
 
