@@ -16,7 +16,7 @@ packages=(
 	nghttp2-client curl openssl python3-h2
 	passt nftables
 	luarocks libcap2-bin man-db
-	clang "libclang-rt-14-dev|libclang-rt-dev"
+	clang clang-format "libclang-rt-14-dev|libclang-rt-dev"
 	libpython3.11-testsuite
 )
 

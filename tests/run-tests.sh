@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # run-tests.sh: run every test of a build: the C unit tests (ctest) and the
 # busted specs (run by the build's own sbxlua, so they exercise the real
-# embedded runtime), with `luacheck .` before the specs as one test, then
+# embedded runtime), with `luacheck .` and a clang-format check before the
+# specs as one test each, then
 # print, as the very last line:
 #     tests: P passed, F failed, S skipped
-# P = ctest passed + luacheck + busted successes, F = failures + errors of all,
+# P = ctest passed + luacheck + clang-format + busted successes, F = failures + errors of all,
 # S = ctest tests not run + busted pending.  Exits non-zero when anything
 # failed, when a runner did not report, or when no test ran at all.
 #
@@ -62,6 +63,27 @@ else
 	cat "$log/luacheck"
 	echo "luacheck: FAILED (its report above)"
 	failed=$((failed + 1))
+fi
+
+# ---- clang-format: the C tree against the committed .clang-format ----
+# One test, like luacheck: passed when every C source and header is already
+# formatted (make format fixes them), else failed with the files named.
+echo "==> clang-format --dry-run"
+if ! command -v clang-format >/dev/null; then
+	echo "run-tests: clang-format missing (apt-get install clang-format; scripts/bootstrap-deps.sh)"
+	failed=$((failed + 1))
+else
+	unformatted=$(find src tests -name '*.[ch]' -print | sort | while read -r f; do
+		clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || echo "$f"
+	done)
+	if [[ -z $unformatted ]]; then
+		echo "clang-format: ok"
+		passed=$((passed + 1))
+	else
+		echo "$unformatted"
+		echo "clang-format: FAILED: the files above differ from make format's output"
+		failed=$((failed + 1))
+	fi
 fi
 
 # ---- busted specs, run by sbxlua ----
