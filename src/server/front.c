@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "front.h"
+#include "front_budget.h"
 
 #define CAP (256 * 1024)	/* bytes queued per direction before reading stops */
 #define H1_HEAD_MAX 65536	/* an HTTP/1.1 request head */
@@ -42,16 +43,16 @@ typedef struct conn {
 	int mode;
 	bool closing, lingering, inner_wdead;
 	size_t lingered;
-	struct sockaddr_storage addr; /* AF_UNSPEC for unix sockets */
-	char peer[64];
+	struct sockaddr_storage addr;		 /* AF_UNSPEC for unix sockets */
+	char peer[64], addr_s[INET6_ADDRSTRLEN]; /* with its port; without */
 	uint64_t last_ms;
 	sbx_h2g_buf h1_up, h1_down; /* HTTP/1.1: the pipe's buffers */
 	sbx_h2g_buf h1_hold;	    /* the first head; bytes held during an upgrade */
 	int h1_state;
 	size_t h1_scanned, h1_match;
 	bool h1_head_done;
-	uint64_t h1_reserved;
-	sbx_h2g_buf cw, iw; /* being written to the client, to h2o */
+	uint64_t h1_reserved, h1_relayed; /* charged to held_total; sent since h2o spoke */
+	sbx_h2g_buf cw, iw;		  /* being written to the client, to h2o */
 	bool client_paused, inner_paused;
 	uint64_t seen401, seen503;
 	const char *why_kind, *why_msg; /* the answer the check hook chose */
@@ -68,6 +69,8 @@ static struct {
 	int listen_fd, ctl[2], handoff[2];
 	h2o_socket_t *listener, *ctl_sock, *handoff_sock;
 	conn *conns;
+	sbx_fb *fb;			  /* reset budgets per tenant/source, across connections */
+	uint32_t n_lingering, linger_max; /* connections lingering (below) */
 	int spare_fd;
 	uint64_t held_total;
 	h2o_timeout_t hdr_timeout, idle_timeout, close_timeout, pause_timeout;
@@ -92,14 +95,38 @@ static bool path_is(const sbx_h2g_req *r, const char *p)
 	return r->path_len == n || r->path[n] == '?';
 }
 
+/* The request goes on to h2o: the streams it resets before their answer
+ * are charged to this principal (its tenant, or its source address), whose
+ * budget outlives the connection; a principal cooling down closes it. */
+static int charge_to(conn *c, const sbx_h2g_req *r, const char *kind, const char *name)
+{
+	char p[96];
+	uint64_t now = sbx_srv_now_ms();
+	snprintf(p, sizeof(p), "%s%s", kind, name);
+	uint32_t key = sbx_fb_key(F.fb, p, now);
+	if (sbx_fb_penalised(F.fb, key, now)) {
+		sbx_srv_log(SRV_LOG_DEBUG, "event=penalty principal=%s peer=%s", p, c->peer);
+		return SBX_H2G_CHECK_PENALTY;
+	}
+	*r->key = key;
+	return 0;
+}
+
+static bool on_reset(void *ud, uint32_t key, uint64_t now)
+{
+	(void)ud;
+	return sbx_fb_reset(F.fb, key, now);
+}
+
 /* What handler.c would answer 401, decided before h2o holds anything. */
 static int on_check(void *ud, const sbx_h2g_req *r)
 {
 	conn *c = ud;
 	sbx_srv *S = F.S;
+	const char *tenant;
 
 	if (path_is(r, "/healthz"))
-		return 0; /* served without a token */
+		return charge_to(c, r, "a:", c->addr_s); /* served without a token */
 	if (!r->authorization || r->authorization_len < 7 ||
 	    strncasecmp(r->authorization, "Bearer ", 7) != 0) {
 		c->why_kind = "Unauthorized";
@@ -108,11 +135,11 @@ static int on_check(void *ud, const sbx_h2g_req *r)
 	}
 	const char *tok = r->authorization + 7;
 	size_t tl = r->authorization_len - 7;
-	if (sbx_srv_auth_tenant(S, tok, tl))
-		return 0;
+	if ((tenant = sbx_srv_auth_tenant(S, tok, tl)))
+		return charge_to(c, r, "t:", tenant);
 	/* Session reference tokens are the Lua layer's to check. */
 	if (tl >= 5 && !memcmp(tok, "sbxr_", 5))
-		return 0;
+		return charge_to(c, r, "r:", c->addr_s);
 	c->why_kind = "Unauthorized";
 	c->why_msg = "unknown token";
 reject:
@@ -157,6 +184,7 @@ static void conn_free(conn *c)
 	if (h2o_timeout_is_linked(&c->close_entry))
 		h2o_timeout_unlink(&c->close_entry);
 	sbx_h2g_free(c->g);
+	F.n_lingering -= c->lingering;
 	F.held_total -= c->h1_reserved;
 	__atomic_store_n(&F.held_pub, F.held_total, __ATOMIC_RELAXED);
 	sbx_h2g_buf_free(&c->h1_up);
@@ -217,6 +245,15 @@ static void linger(conn *c)
 {
 	if (c->lingering)
 		return;
+	/* Each lingering connection holds its descriptor for up to 1 s: a
+	 * flood of shed connections must not use up the ones kept back for
+	 * sessions and for others' new connections.  Past linger_max, close
+	 * at once (the peer may then see a reset instead of our last words). */
+	if (F.n_lingering >= F.linger_max) {
+		close_all(c);
+		return;
+	}
+	F.n_lingering++;
 	c->lingering = true;
 	c->closing = true;
 	close_inner(c);
@@ -460,13 +497,38 @@ static const char *h1_header(const uint8_t *h, size_t len, const char *name, siz
 	return NULL;
 }
 
+/* What h2o may hold of an unfinished HTTP/1.1 request is what was relayed
+ * to it since it last said anything: a chunked body (no Content-Length to
+ * check up front) or any later request of a kept connection.  Charged to
+ * the body budgets beyond the first head's reservation; -1 past either. */
+static int h1_charge(conn *c, size_t n)
+{
+	const sbx_h2g_limits *l = &sbx_front_o.lim;
+	c->h1_relayed += n;
+	if (c->h1_relayed <= c->h1_reserved)
+		return 0;
+	uint64_t add = c->h1_relayed - c->h1_reserved;
+	if (c->h1_relayed > l->body_conn + H1_HEAD_MAX || F.held_total + add > l->body_total)
+		return -1;
+	F.held_total += add;
+	c->h1_reserved = c->h1_relayed;
+	return 0;
+}
+
+/* h2o answered: what it held is consumed or refused. */
+static void h1_release(conn *c)
+{
+	F.held_total -= c->h1_reserved;
+	c->h1_reserved = c->h1_relayed = 0;
+}
+
 /* Client bytes of an HTTP/1.1 connection: 0, 1 (answered 503: close
  * after it), -1 (close now: a head too large, an upgrade we would not
  * see, too much held). */
 static int h1_from_client(conn *c, const uint8_t *d, size_t n)
 {
 	if (c->h1_state == H1_PIPE) {
-		if (h1_upgrade_line(c, d, n))
+		if (h1_upgrade_line(c, d, n) || h1_charge(c, n) != 0)
 			return -1;
 		sbx_h2g_buf_put(&c->h1_up, d, n);
 		return 0;
@@ -513,7 +575,7 @@ static int h1_from_client(conn *c, const uint8_t *d, size_t n)
 	c->h1_state = H1_PIPE;
 	h = c->h1_hold.data + c->h1_hold.off;
 	len = c->h1_hold.len - c->h1_hold.off;
-	if (len > 0 && h1_upgrade_line(c, h, len))
+	if (len > 0 && (h1_upgrade_line(c, h, len) || h1_charge(c, len) != 0))
 		return -1;
 	sbx_h2g_buf_put(&c->h1_up, h, len);
 	sbx_h2g_buf_free(&c->h1_hold);
@@ -543,7 +605,7 @@ static int h1_upgrade_answer(conn *c)
 		c->h1_state = H1_PIPE;
 		const uint8_t *h = c->h1_hold.data + c->h1_hold.off;
 		size_t hl = c->h1_hold.len - c->h1_hold.off;
-		if (hl > 0 && h1_upgrade_line(c, h, hl))
+		if (hl > 0 && (h1_upgrade_line(c, h, hl) || h1_charge(c, hl) != 0))
 			return SBX_H2G_CLOSE;
 		sbx_h2g_buf_put(&c->h1_up, h, hl);
 		sbx_h2g_buf_free(&c->h1_hold);
@@ -586,7 +648,7 @@ static void taken(h2o_socket_t *sock)
 
 static int new_guard(conn *c)
 {
-	sbx_h2g_hooks hooks = {on_check, on_body, c};
+	sbx_h2g_hooks hooks = {on_check, on_body, on_reset, c};
 	sbx_front_o.lim.held_total = &F.held_total;
 	c->g = sbx_h2g_new(&sbx_front_o.lim, &hooks);
 	return c->g ? 0 : -1;
@@ -667,6 +729,7 @@ static void on_inner_read(h2o_socket_t *sock, const char *err)
 		} else {
 			sbx_h2g_buf_put(&c->h1_down, sock->input->bytes, sock->input->size);
 			taken(sock);
+			h1_release(c);
 			if (c->h1_state == H1_UPGRADE && h1_upgrade_answer(c) != SBX_H2G_OK) {
 				if (c->g)
 					guard_closed(c);
@@ -756,19 +819,23 @@ static void out_of_fds(int lfd, int e)
 		h2o_timeout_link(F.loop, &F.pause_timeout, &F.pause_entry);
 }
 
-static void peer_name(const struct sockaddr_storage *ss, char *out, size_t cap)
+/* "addr:port" for logs into out; the address alone (its budget
+ * principal; "unix" for unix sockets) into a. */
+static void peer_name(const struct sockaddr_storage *ss, char *out, size_t cap, char *a,
+		      size_t acap)
 {
-	char a[INET6_ADDRSTRLEN] = "?";
+	snprintf(a, acap, "?");
 	if (ss->ss_family == AF_INET) {
 		const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
-		inet_ntop(AF_INET, &in->sin_addr, a, sizeof(a));
+		inet_ntop(AF_INET, &in->sin_addr, a, (socklen_t)acap);
 		snprintf(out, cap, "%s:%u", a, ntohs(in->sin_port));
 	} else if (ss->ss_family == AF_INET6) {
 		const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
-		inet_ntop(AF_INET6, &in6->sin6_addr, a, sizeof(a));
+		inet_ntop(AF_INET6, &in6->sin6_addr, a, (socklen_t)acap);
 		snprintf(out, cap, "[%s]:%u", a, ntohs(in6->sin6_port));
 	} else {
 		snprintf(out, cap, "unix");
+		snprintf(a, acap, "unix");
 	}
 }
 
@@ -813,7 +880,7 @@ static void serve(int fd, const struct sockaddr_storage *ss)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->addr = *ss;
 	}
-	peer_name(ss, c->peer, sizeof(c->peer));
+	peer_name(ss, c->peer, sizeof(c->peer), c->addr_s, sizeof(c->addr_s));
 	c->last_ms = sbx_srv_now_ms();
 	c->hdr_entry.cb = on_hdr_timeout;
 	c->idle_entry.cb = on_idle_timeout;
@@ -969,8 +1036,14 @@ int sbx_front_start(sbx_srv *S, int listen_fd, void *ssl_ctx, sbx_err *err)
 		uint64_t n = (nofile - nofile / 4) / 3;
 		o->max_conns = n < 16 ? 16 : n > 100000 ? 100000 : (uint32_t)n;
 	}
+	/* A source gets 1/32 of the total (at least 4): 20 sources, or 31,
+	 * cannot fill it, and beyond that idle ones are shed first. */
 	if (o->max_conns_per_addr == 0)
-		o->max_conns_per_addr = o->max_conns / 2 > 0 ? o->max_conns / 2 : 1;
+		o->max_conns_per_addr = o->max_conns / 32 > 4 ? o->max_conns / 32 : 4;
+	F.linger_max = o->max_conns / 8 > 8 ? o->max_conns / 8 : 8;
+	F.fb = sbx_fb_new(o->rst_shared, (uint64_t)o->cooldown_s * 1000);
+	if (!F.fb)
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "front: out of memory");
 	F.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	if (F.spare_fd < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open /dev/null: %s",

@@ -17,6 +17,8 @@ typedef struct sbx_front_opts {
 	uint32_t max_conns_per_addr; /* 0: half of max_conns */
 	uint32_t header_timeout_s;
 	uint32_t idle_timeout_s;
+	sbx_h2g_rate rst_shared; /* resets before an answer per tenant/source */
+	uint32_t cooldown_s;	 /* a tenant/source that spent it is refused */
 } sbx_front_opts;
 
 /* Defaults, filled before the flags are parsed. */

@@ -34,6 +34,11 @@ void sbx_front_defaults(sbx_front_opts *o)
 	/* body_conn/body_total 0: derived from --max-body in sbx_front_start. */
 	o->header_timeout_s = 10;
 	o->idle_timeout_s = 10; /* h2o's own HTTP/2 idle timeout before the front */
+	/* Across reconnects: a tenant (or an unauthenticated source) may reset
+	 * 500 requests before their answer at once, 33/s after, then its
+	 * requests close their connections for 10 s. */
+	o->rst_shared = (sbx_h2g_rate){33, 500};
+	o->cooldown_s = 10;
 }
 
 static int rate_arg(const char *v, sbx_h2g_rate *r)
@@ -74,6 +79,7 @@ const char *const sbx_front_usage =
 	"            [--rate-rst R[:B]] [--rate-empty R[:B]] [--rate-continuation R[:B]]\n"
 	"            [--rate-ping R[:B]] [--rate-settings R[:B]] [--rate-priority R[:B]]\n"
 	"            [--rate-window-update R[:B]] [--rate-streams R[:B]]\n"
+	"            [--rate-rst-shared R[:B]] [--abuse-cooldown-s S]\n"
 	"            [--body-budget-conn BYTES] [--body-budget-total BYTES]\n"
 	"            [--max-conns N] [--max-conns-per-addr N] [--header-timeout-s S]\n"
 	"            [--conn-idle-timeout-s S]\n";
@@ -97,9 +103,14 @@ int sbx_front_flag(const char *name, const char *v, bool *bad)
 	uint64_t n = 0;
 	int rv = -2;
 
-	for (size_t i = 0; i < sizeof(rates) / sizeof(rates[0]); i++)
-		if (!strcmp(name, rates[i].name)) {
-			if (rate_arg(v, (sbx_h2g_rate *)((char *)&o->lim + rates[i].off)) != 0) {
+	for (size_t i = 0; i <= sizeof(rates) / sizeof(rates[0]); i++)
+		if (i == sizeof(rates) / sizeof(rates[0]) ? !strcmp(name, "rate-rst-shared")
+							  : !strcmp(name, rates[i].name)) {
+			sbx_h2g_rate *r =
+				i == sizeof(rates) / sizeof(rates[0])
+					? &o->rst_shared
+					: (sbx_h2g_rate *)((char *)&o->lim + rates[i].off);
+			if (rate_arg(v, r) != 0) {
 				fprintf(stderr,
 					"sbxd: --%s %s: expected RATE or RATE:BURST (per second, "
 					"RATE > 0, BURST >= 1)\n",
@@ -132,6 +143,9 @@ int sbx_front_flag(const char *name, const char *v, bool *bad)
 	} else if (!strcmp(name, "header-timeout-s")) {
 		rv = u64_arg(v, 1, 3600, &n);
 		o->header_timeout_s = (uint32_t)n;
+	} else if (!strcmp(name, "abuse-cooldown-s")) {
+		rv = u64_arg(v, 1, 24 * 3600, &n);
+		o->cooldown_s = (uint32_t)n;
 	} else if (!strcmp(name, "conn-idle-timeout-s")) {
 		rv = u64_arg(v, 1, 24 * 3600, &n);
 		o->idle_timeout_s = (uint32_t)n;

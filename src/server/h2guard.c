@@ -18,12 +18,13 @@ const char *const sbx_h2g_reason_names[SBX_H2G_R_COUNT] = {
 	"none",		 "protocol",	   "compression",   "header_list",	 "header_fields",
 	"continuations", "rst_stream",	   "empty_frames",  "continuation_rate", "ping",
 	"settings",	 "priority",	   "window_update", "stream_rate",	 "concurrency",
-	"server",	 "header_timeout", "idle_timeout",  "evicted",
+	"server",	 "header_timeout", "idle_timeout",  "evicted",		 "reset_budget",
+	"penalty",
 };
 
 /* ---- rates ---- */
 
-static bool take(bucket *b, const sbx_h2g_rate *r, uint64_t now)
+bool sbx_h2g_take(bucket *b, const sbx_h2g_rate *r, uint64_t now)
 {
 	if (!b->started) {
 		b->started = true;
@@ -181,11 +182,13 @@ static int block_done(sbx_h2g *g)
 	stream *s = find_stream(g, id);
 	bool trailers = s != NULL || id <= g->last_id;
 	int status = 0;
+	uint32_t key = 0;
 
 	g->hb_active = false;
 	if (!trailers) {
 		g->last_id = id;
 		sbx_h2g_req r = {
+			.key = &key,
 			.stream_id = id,
 			.path = g->path_long ? NULL : g->path,
 			.path_len = g->path_long ? 0 : g->path_len,
@@ -198,6 +201,8 @@ static int block_done(sbx_h2g *g)
 			.content_length = g->content_length,
 		};
 		status = g->hooks.check ? g->hooks.check(g->hooks.ud, &r) : 0;
+		if (status == SBX_H2G_CHECK_PENALTY)
+			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_PENALTY);
 		/* Larger than --max-body is h2o's 413, as before the guard. */
 		if (status == 0 && r.content_length > 0 &&
 		    (uint64_t)r.content_length <= g->lim.max_body &&
@@ -223,6 +228,7 @@ static int block_done(sbx_h2g *g)
 			if (!s)
 				return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_CONCURRENCY);
 			s->msgpack = ascii_has(g->accept, g->accept_len, "msgpack");
+			s->key = key;
 		}
 		if (s && g->hb_end_stream) {
 			s->client_closed = true;
@@ -263,7 +269,7 @@ static int on_header_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t t
 		if (id == 0 || !(id & 1) || headers_fragment(f + 9, len, flags, &frag, &flen) != 0)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
 		bool is_new = id > g->last_id;
-		if (is_new && !take(&g->b_streams, &g->lim.streams, now))
+		if (is_new && !sbx_h2g_take(&g->b_streams, &g->lim.streams, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_STREAMS);
 		g->hb_active = true;
 		g->hb_id = id;
@@ -276,12 +282,13 @@ static int on_header_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t t
 	} else {
 		if (!g->hb_active || id != g->hb_id)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-		if (!take(&g->b_cont, &g->lim.continuation, now))
+		if (!sbx_h2g_take(&g->b_cont, &g->lim.continuation, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_CONTINUATION_RATE);
 		if (++g->hb_conts > g->lim.max_continuations)
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_CONTINUATIONS);
 	}
-	if (flen == 0 && !(flags & FL_END_HEADERS) && !take(&g->b_empty, &g->lim.empty, now))
+	if (flen == 0 && !(flags & FL_END_HEADERS) &&
+	    !sbx_h2g_take(&g->b_empty, &g->lim.empty, now))
 		return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_EMPTY);
 	/* The raw block is bounded by what it may decode to (a literal never
 	 * decodes smaller than its wire form but for Huffman, 8/5 at most). */
@@ -300,7 +307,7 @@ static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, ui
 {
 	if (id == 0 || id > g->last_id)
 		return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-	if (len == 0 && !(flags & FL_END_STREAM) && !take(&g->b_empty, &g->lim.empty, now))
+	if (len == 0 && !(flags & FL_END_STREAM) && !sbx_h2g_take(&g->b_empty, &g->lim.empty, now))
 		return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_EMPTY);
 	stream *s = find_stream(g, id);
 	if (!s) {
@@ -343,7 +350,7 @@ static int on_settings(sbx_h2g *g, const uint8_t *frame, uint32_t len, uint8_t f
 
 	if (id != 0 || len % 6 != 0 || ((flags & FL_ACK) && len != 0))
 		return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-	if (!take(&g->b_settings, &g->lim.settings, now) || len / 6 > MAX_SETTINGS)
+	if (!sbx_h2g_take(&g->b_settings, &g->lim.settings, now) || len / 6 > MAX_SETTINGS)
 		return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_SETTINGS);
 	memcpy(f, frame, 9 + (size_t)len);
 	for (uint32_t i = 0; i < len; i += 6) {
@@ -381,18 +388,26 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 	case F_PRIORITY:
 		if (len != 5 || id == 0)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-		if (!take(&g->b_prio, &g->lim.priority, now))
+		if (!sbx_h2g_take(&g->b_prio, &g->lim.priority, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_PRIORITY);
 		break;
 	case F_RST: {
 		if (len != 4 || id == 0 || id > g->last_id)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-		if (!take(&g->b_rst, &g->lim.rst, now))
+		if (!sbx_h2g_take(&g->b_rst, &g->lim.rst, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
 		stream *s = find_stream(g, id);
+		/* Reset before h2o answered: the request cost the server and
+		 * gave the client nothing; its budget outlives the connection. */
+		bool spent = s && s->key && !s->server_headers && g->hooks.reset &&
+			     !g->hooks.reset(g->hooks.ud, s->key, now);
 		if (s)
 			drop_stream(g, s);
 		h2g_answered_forget(g, id);
+		if (spent) {
+			sbx_h2g_buf_put(&g->to_h2o, f, 9 + (size_t)len);
+			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_RESET_BUDGET);
+		}
 		break;
 	}
 	case F_SETTINGS:
@@ -400,7 +415,7 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 	case F_PING:
 		if (len != 8 || id != 0)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-		if (!take(&g->b_ping, &g->lim.ping, now))
+		if (!sbx_h2g_take(&g->b_ping, &g->lim.ping, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_PING);
 		break;
 	case F_GOAWAY:
@@ -417,7 +432,7 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
 		if (g->wu_credit > 0)
 			g->wu_credit--;
-		else if (!take(&g->b_wu, &g->lim.window_update, now))
+		else if (!sbx_h2g_take(&g->b_wu, &g->lim.window_update, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_WINDOW_UPDATE);
 		break;
 	}
@@ -426,7 +441,7 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 	default:
 		/* Unknown extension frames mean nothing to h2o: dropped, and
 		 * paid for like empty frames. */
-		if (!take(&g->b_empty, &g->lim.empty, now))
+		if (!sbx_h2g_take(&g->b_empty, &g->lim.empty, now))
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_EMPTY);
 		return SBX_H2G_OK;
 	}
@@ -574,7 +589,7 @@ static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 	}
 	case F_RST:
 		/* Streams h2o refuses or resets cost like the client's resets. */
-		if (!take(&g->b_rst, &g->lim.rst, now)) {
+		if (!sbx_h2g_take(&g->b_rst, &g->lim.rst, now)) {
 			sbx_h2g_buf_put(out, f, 9 + (size_t)len);
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
 		}

@@ -40,6 +40,8 @@ typedef enum sbx_h2g_reason {
 	SBX_H2G_R_HEADER_TIMEOUT, /* front.c: preface or header block too slow */
 	SBX_H2G_R_IDLE_TIMEOUT,	  /* front.c: no open stream for too long */
 	SBX_H2G_R_EVICTED,	  /* front.c: idle, shed for a new connection */
+	SBX_H2G_R_RESET_BUDGET,	  /* resets before an answer, per tenant/source */
+	SBX_H2G_R_PENALTY,	  /* its tenant/source is cooling down after abuse */
 	SBX_H2G_R_COUNT
 } sbx_h2g_reason;
 extern const char *const sbx_h2g_reason_names[SBX_H2G_R_COUNT];
@@ -48,6 +50,16 @@ extern const char *const sbx_h2g_reason_names[SBX_H2G_R_COUNT];
 typedef struct sbx_h2g_rate {
 	double rate, burst;
 } sbx_h2g_rate;
+
+/* A bucket's state; zeroed: full at its first use. */
+typedef struct sbx_h2g_bucket {
+	double tokens;
+	uint64_t last_ms;
+	bool started;
+} sbx_h2g_bucket;
+
+/* Take a token from b (refilled at r up to its burst); false: none left. */
+bool sbx_h2g_take(sbx_h2g_bucket *b, const sbx_h2g_rate *r, uint64_t now_ms);
 
 typedef struct sbx_h2g_limits {
 	uint32_t max_header_list;   /* decoded bytes (name+value+32 per field) */
@@ -66,18 +78,25 @@ typedef struct sbx_h2g_req {
 	const char *path, *method, *authorization, *accept;
 	size_t path_len, method_len, authorization_len, accept_len;
 	int64_t content_length; /* -1: none */
+	uint32_t *key;		/* check may set it: whose reset budget the stream charges */
 } sbx_h2g_req;
 
 /* The front's decisions, called from inside sbx_h2g_from_client. */
 typedef struct sbx_h2g_hooks {
-	/* 0 to let the request through, or a status (401, 503) to answer it. */
+	/* 0 to let the request through, a status (401, 503) to answer it, or
+	 * SBX_H2G_CHECK_PENALTY to close the connection (GOAWAY, "penalty"). */
 	int (*check)(void *ud, const sbx_h2g_req *r);
 	/* The error body for status into buf (at most cap bytes); returns its
 	 * length and sets *ctype.  msgpack: the client asked for it. */
 	size_t (*body)(void *ud, int status, bool msgpack, char *buf, size_t cap,
 		       const char **ctype);
+	/* The client reset a stream h2o had not answered yet; key: what check
+	 * set (never 0).  false: that key's budget, shared by every connection,
+	 * is spent: the connection closes (GOAWAY, "reset_budget").  NULL: none. */
+	bool (*reset)(void *ud, uint32_t key, uint64_t now_ms);
 	void *ud;
 } sbx_h2g_hooks;
+enum { SBX_H2G_CHECK_PENALTY = -1 };
 
 /* A growable byte buffer the caller drains (data[off..len)). */
 typedef struct sbx_h2g_buf {

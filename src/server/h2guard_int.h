@@ -31,14 +31,11 @@ enum { FL_END_STREAM = 0x1, FL_ACK = 0x1, FL_END_HEADERS = 0x4, FL_PADDED = 0x8,
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 #define PREFACE_LEN 24
 
-typedef struct bucket {
-	double tokens;
-	uint64_t last_ms;
-	bool started;
-} bucket;
+typedef sbx_h2g_bucket bucket;
 
 typedef struct stream {
 	uint32_t id;
+	uint32_t key; /* the check hook's: whose reset budget it charges */
 	uint64_t held;
 	bool client_closed, server_closed, server_headers, msgpack;
 } stream;

@@ -34,7 +34,6 @@
 #include "front.h"
 #include "server.h"
 
-
 int luaopen_sbx_core(lua_State *L);
 
 sbx_srv *sbx_srv_g;
@@ -297,6 +296,8 @@ int main(int argc, char **argv)
 		{"max-conns-per-addr", required_argument, 0, 'F'},
 		{"header-timeout-s", required_argument, 0, 'F'},
 		{"conn-idle-timeout-s", required_argument, 0, 'F'},
+		{"rate-rst-shared", required_argument, 0, 'F'},
+		{"abuse-cooldown-s", required_argument, 0, 'F'},
 		{"help", no_argument, 0, 'h'},
 		{0, 0, 0, 0},
 	};

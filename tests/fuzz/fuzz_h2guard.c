@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		.body_total = 1 << 15,
 		.held_total = &held_total,
 	};
-	sbx_h2g_hooks hooks = {check, body, NULL};
+	sbx_h2g_hooks hooks = {check, body, NULL, NULL};
 	sbx_h2g *g = sbx_h2g_new(&l, &hooks);
 	if (!g)
 		return 0;

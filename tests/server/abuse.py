@@ -294,8 +294,8 @@ def main():
     p.add_argument("--rss-cap-mib", type=int, default=1536)
     p.add_argument("--json", help="write every row, in full, to this file")
     a = p.parse_args()
-    if not a.per_source:  # sbxd's default: 3 fds a connection, a quarter kept back, half per address
-        a.per_source = max(16, (a.nofile - a.nofile // 4) // 3) // 2
+    if not a.per_source:  # sbxd's default: 3 fds a connection, a quarter kept back, 1/32 per address
+        a.per_source = max(4, max(16, (a.nofile - a.nofile // 4) // 3) // 32)
     table = classes(a)
     names = [n for n in table if not a.only or n in a.only.split(",")]
     rows = []

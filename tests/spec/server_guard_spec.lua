@@ -102,6 +102,25 @@ describe_srv("sbxd's front guard", function()
     assert.equal("401", out)
   end)
 
+  it("HTTP/1.1 chunked bodies count against the body budget (what h2o holds before it answers)", function()
+    local small, big = srv.dir .. "/small.bin", srv.dir .. "/big.bin"
+    local f = io.open(small, "wb") f:write(string.rep("c", 32 * 1024)) f:close()
+    f = io.open(big, "wb") f:write(string.rep("c", 400 * 1024)) f:close()
+    local function put(file, name)
+      return H.sh(("curl -s --max-time 20 --http1.1 -o /dev/null -w '%%{http_code}' -X PUT -H %s " ..
+        "-H 'Transfer-Encoding: chunked' --data-binary @%s %s/v1/sessions/%s/files/%s"):format(
+        H.q(srv:auth()), H.q(file), srv.url, sid, name))
+    end
+    -- control: a chunked body under --body-budget-conn (64 KiB here) is served
+    assert.equal("200", put(small, "small.bin"))
+    -- 400 KiB chunked (no Content-Length to refuse up front): the front closes the
+    -- connection once what h2o would hold crosses the budget
+    local before = select(2, srv:log():gsub("reason=http1", ""))
+    assert.equal("000", put(big, "big.bin"))
+    assert.is_true(select(2, srv:log():gsub("reason=http1", "")) > before, srv:log())
+    assert.equal(200, select(2, srv:curl("/healthz")))
+  end)
+
   it("an HTTP/1.1 Upgrade: h2c comes under the guard; a later one closes the connection", function()
     local r = probe(srv.url, "-", "upgrade-ping", "1000")
     assert.equal("HTTP/1.1 101 Switching Protocols", r.status, r.raw)

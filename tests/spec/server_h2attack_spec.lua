@@ -157,16 +157,6 @@ describe_srv("sbxd against every HTTP/2 attack class (short)", function()
     cut_class("header-flood", CALM, "header_fields")
   end)
 
-  it("Rapid Reset kept up (HEADERS + RST_STREAM run requests) starts no sandbox", function()
-    local started = metric(srv, "sbxd_runs_started_total")
-    cut_class("rapid-reset", CALM, "rst_stream", "--token", srv.token.alice, "--session", alice)
-    -- the burst under the budget may start runs; each one was reset and is gone
-    local deadline = T.now_ms() + 5000
-    while H.count_procs("sbx-abuse-marker") > 0 and T.now_ms() < deadline do os.execute("sleep 0.05") end
-    assert.equal(0, H.count_procs("sbx-abuse-marker"))
-    assert.is_true(metric(srv, "sbxd_runs_started_total") >= started)
-  end)
-
   it("empty CONTINUATION frames on 4 connections", function()
     cut_class("continuation", CALM, "continuations", "--conns", 4)
   end)
@@ -193,6 +183,50 @@ describe_srv("sbxd against every HTTP/2 attack class (short)", function()
 
   it("WINDOW_UPDATE flood", function()
     cut_class("window-update", CALM, "window_update")
+  end)
+end)
+
+describe_srv("sbxd against Rapid Reset that reconnects (short)", function()
+  it("a tenant's reset budget outlives its connections: reconnecting is refused for a cool-down", function()
+    -- the shipped budgets but a 5 s cool-down, so the test can see it end
+    local srv = assert(H.start { log_level = "warn", args = { "--abuse-cooldown-s", "5" } })
+    local ok, err = pcall(function()
+      local alice, bob = new_session(srv, "alice"), new_session(srv, "bob")
+      local started = metric(srv, "sbxd_runs_started_total")
+      local t0 = T.now_ms()
+      local r = attack(srv, "rapid-reset", "--token", srv.token.alice, "--session", alice)
+      all_cut(r, CALM)
+      -- alice's legit traffic during her cool-down is cut at her run: the probe sees a cut
+      local c = attack(srv, "control", "--token", srv.token.alice, "--session", alice)
+      assert.equal(1, c.goaway[CALM], c.raw)
+      -- one connection spent the tenant's budget; each reconnect was closed at its
+      -- first request instead of getting a fresh per-connection burst
+      assert.equal(1, goaways(srv, "reset_budget"), r.raw)
+      assert.is_true(r.conns >= 3, r.raw)
+      assert.is_true(goaways(srv, "penalty") >= r.conns - 1, r.raw)
+      assert.equal(0, goaways(srv, "rst_stream"), r.raw)
+      -- the burst under the budget may start runs; each one was reset and is gone
+      local deadline = T.now_ms() + 5000
+      while H.count_procs("sbx-abuse-marker") > 0 and T.now_ms() < deadline do os.execute("sleep 0.05") end
+      assert.equal(0, H.count_procs("sbx-abuse-marker"))
+      assert.is_true(metric(srv, "sbxd_runs_started_total") >= started)
+      -- legit traffic with resets (control: 5 reset streams, a run, /healthz per
+      -- connection), reconnecting 4 times as bob: never cut
+      for _ = 1, 4 do
+        local c = attack(srv, "control", "--token", srv.token.bob, "--session", bob)
+        assert.equal(0, c.closed, c.raw)
+        assert.same({}, c.goaway)
+      end
+      serves(srv, bob)
+      -- the cool-down over, alice is served again
+      local wait = (t0 + 5500 - T.now_ms()) / 1000
+      if wait > 0 then os.execute("sleep " .. wait) end
+      c = attack(srv, "control", "--token", srv.token.alice, "--session", alice)
+      assert.equal(0, c.closed, c.raw)
+      assert.same({}, c.goaway)
+    end)
+    srv:cleanup()
+    assert(ok, err)
   end)
 end)
 
@@ -241,19 +275,52 @@ describe_srv("sbxd's connection budgets against slow and many connections (short
     assert(ok, err)
   end)
 
-  it("fd exhaustion (sbxd under ulimit -n 128, 300 connections): no busy accept loop, still serving", function()
-    -- A wrapper lowers sbxd's RLIMIT_NOFILE; --max-conns far above it, so EMFILE is reached.
+  -- sbxd under a lower soft RLIMIT_NOFILE (a wrapper sets it).
+  local function start_nofile(n, args)
     local wrapper = os.tmpname()
     local f = io.open(wrapper, "w")
-    f:write("#!/bin/sh\nulimit -S -n 128\nexec " .. H.q(H.SBXD) .. ' "$@"\n')
+    f:write("#!/bin/sh\nulimit -S -n " .. n .. "\nexec " .. H.q(H.SBXD) .. ' "$@"\n')
     f:close()
     os.execute("chmod +x " .. wrapper)
     local sbxd = H.SBXD
     H.SBXD = wrapper
-    local srv, serr = H.start { log_level = "warn", args = { "--max-conns", "10000", "--max-conns-per-addr", "10000" } }
+    local srv, serr = H.start { log_level = "warn", args = args }
     H.SBXD = sbxd
     os.remove(wrapper)
-    assert(srv, serr)
+    return assert(srv, serr)
+  end
+
+  it("fd exhaustion under the default budgets: they hold before the kernel's limit, others get in", function()
+    -- 512 descriptors: 128 connections in all, 4 per source; 400 connections from 20
+    -- sources shed each other (and linger at most 16 at a time), never reaching EMFILE
+    local srv = start_nofile(512, {})
+    local ok, err = pcall(function()
+      local bob = new_session(srv, "bob")
+      local flood = io.popen(("%s %s fd-exhaustion --port %s --seconds 3 --conns 400 --sources 20"):format(
+        PY, ATTACK, srv.url:match(":(%d+)$")))
+      os.execute("sleep 0.5")
+      local codes = {}
+      for _ = 1, 10 do
+        local _, status = srv:curl("/healthz")
+        codes[#codes + 1] = status
+        os.execute("sleep 0.1")
+      end
+      local r = parse(flood:read("*a"))
+      flood:close()
+      assert.same({ 200, 200, 200, 200, 200, 200, 200, 200, 200, 200 }, codes)
+      -- control: the flood really was shed by the budgets
+      assert.is_true(r.conns >= 300, r.raw)
+      assert.is_true(metric(srv, 'sbxd_conn_refused_total{reason="per_addr"}') + goaways(srv, "evicted") >= 100)
+      assert.equal(0, metric(srv, 'sbxd_conn_refused_total{reason="fd"}'))
+      serves(srv, bob)
+    end)
+    srv:cleanup()
+    assert(ok, err)
+  end)
+
+  it("fd exhaustion (sbxd under ulimit -n 128, 300 connections): no busy accept loop, still serving", function()
+    -- --max-conns far above the descriptors, so EMFILE is reached.
+    local srv = start_nofile(128, { "--max-conns", "10000", "--max-conns-per-addr", "10000" })
     local ok, err = pcall(function()
       local bob = new_session(srv, "bob")
       local function cpu_ticks()

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 #include <nghttp2/nghttp2.h>
 
+#include "front_budget.h"
 #include "h2guard.h"
 
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -104,11 +105,13 @@ static int server_frame(t *x, uint8_t type, uint8_t flags, uint32_t id, const vo
 	return rv;
 }
 
-/* A new guard past the preface and both SETTINGS. */
-static t *start(const sbx_h2g_limits *l)
+/* A new guard past the preface and both SETTINGS; hooks NULL: check, body. */
+static t *start_with(const sbx_h2g_limits *l, const sbx_h2g_hooks *h)
 {
 	t *x = calloc(1, sizeof(*x));
-	sbx_h2g_hooks hooks = {check, body, NULL};
+	sbx_h2g_hooks hooks = {check, body, NULL, NULL};
+	if (h)
+		hooks = *h;
 	if (l)
 		x->lim = *l;
 	else
@@ -123,6 +126,11 @@ static t *start(const sbx_h2g_limits *l)
 	assert_int_equal(server_frame(x, 4, 0, 0, s, 6), SBX_H2G_OK);
 	assert_int_equal(send_frame(x, 4, 0, 0, NULL, 0), SBX_H2G_OK);
 	return x;
+}
+
+static t *start(const sbx_h2g_limits *l)
+{
+	return start_with(l, NULL);
 }
 
 static void stop(t *x)
@@ -694,7 +702,7 @@ static void test_byte_at_a_time(void **state)
 	/* frames split anywhere: the same outcome as whole */
 	sbx_h2g_limits l;
 	limits(&l);
-	sbx_h2g_hooks hooks = {check, body, NULL};
+	sbx_h2g_hooks hooks = {check, body, NULL, NULL};
 	sbx_h2g *g = sbx_h2g_new(&l, &hooks);
 	nghttp2_hd_deflater *def;
 	nghttp2_hd_deflate_new(&def, 4096);
@@ -717,6 +725,144 @@ static void test_byte_at_a_time(void **state)
 	assert_int_equal(s.count[4], 1);
 	nghttp2_hd_deflate_del(def);
 	sbx_h2g_free(g);
+}
+
+/* ---- reset budgets across connections (front_budget.c) ---- */
+
+/* The front's hooks in small: a tenant per token, charged to "t:TOKEN"
+ * in the shared budgets (ud), refused while it cools down. */
+static sbx_fb *fb_now;
+static uint64_t fb_clock;
+
+static int shared_check(void *ud, const sbx_h2g_req *r)
+{
+	char name[64];
+	(void)ud;
+	if (!r->authorization || r->authorization_len < 8)
+		return 401;
+	snprintf(name, sizeof(name), "t:%.*s", (int)r->authorization_len - 7, r->authorization + 7);
+	uint32_t key = sbx_fb_key(fb_now, name, fb_clock);
+	if (sbx_fb_penalised(fb_now, key, fb_clock))
+		return SBX_H2G_CHECK_PENALTY;
+	*r->key = key;
+	return 0;
+}
+
+static bool shared_reset(void *ud, uint32_t key, uint64_t now)
+{
+	(void)ud;
+	return sbx_fb_reset(fb_now, key, now);
+}
+
+static t *shared_conn(uint64_t now)
+{
+	sbx_h2g_hooks h = {shared_check, body, shared_reset, NULL};
+	fb_clock = now;
+	t *x = start_with(NULL, &h);
+	x->now = now;
+	return x;
+}
+
+/* HEADERS + RST_STREAM(CANCEL) on id before any answer; the guard's result. */
+static int reset_one(t *x, uint32_t id, const char *auth)
+{
+	uint8_t cancel[4] = {0, 0, 0, 8};
+	int rv = request(x, id, "POST", "/v1/sessions/s/runs", auth, true);
+	if (rv == 0)
+		rv = send_frame(x, 3, 0, id, cancel, 4);
+	if (rv == 0)
+		drain(x);
+	return rv;
+}
+
+static void test_reset_budget_outlives_connections(void **state)
+{
+	(void)state;
+	fb_now = sbx_fb_new((sbx_h2g_rate){10, 50}, 10000);
+	assert_non_null(fb_now);
+	/* the first connection spends the tenant's 50 and is cut on the 51st,
+	 * long before its own per-connection budget (1000) */
+	t *x = shared_conn(1000);
+	int rv = 0, n = 0;
+	for (uint32_t id = 1; rv == 0 && n < 1000; id += 2, n++)
+		rv = reset_one(x, id, "Bearer mallory");
+	assert_int_equal(n, 51);
+	expect_close(x, rv, SBX_H2G_CALM, SBX_H2G_R_RESET_BUDGET);
+	stop(x);
+	/* reconnecting gets no fresh budget: its first request closes it */
+	x = shared_conn(1500);
+	expect_close(x, request(x, 1, "GET", "/v1/sessions", "Bearer mallory", true), SBX_H2G_CALM,
+		     SBX_H2G_R_PENALTY);
+	stop(x);
+	/* another tenant is not touched, on a connection of its own */
+	x = shared_conn(1600);
+	for (uint32_t id = 1; id < 40; id += 2)
+		assert_int_equal(reset_one(x, id, "Bearer alice"), 0);
+	stop(x);
+	/* the cool-down over, mallory is served again with what refilled */
+	x = shared_conn(1000 + 10001);
+	for (uint32_t id = 1; id < 40; id += 2)
+		assert_int_equal(reset_one(x, id, "Bearer mallory"), 0);
+	stop(x);
+	sbx_fb_free(fb_now);
+}
+
+/* The control: a client that reconnects many times and resets a few
+ * streams each time, or resets streams h2o already answered, is never cut. */
+static void test_reset_budget_spares_legit_clients(void **state)
+{
+	(void)state;
+	fb_now = sbx_fb_new((sbx_h2g_rate){10, 50}, 10000);
+	uint64_t now = 1000;
+	for (int conn = 0; conn < 30; conn++, now += 1000) {
+		t *x = shared_conn(now);
+		for (uint32_t id = 1; id < 10; id += 2)
+			assert_int_equal(reset_one(x, id, "Bearer alice"), 0);
+		stop(x);
+	}
+	/* 500 resets of streams h2o had answered (a client cancelling a
+	 * long stream of output) charge nothing */
+	t *x = shared_conn(now);
+	uint8_t cancel[4] = {0, 0, 0, 8}, st[1] = {0x88};
+	for (uint32_t id = 1; id < 1000; id += 2) {
+		x->now += 3; /* under the per-connection rate (33/s) */
+		assert_int_equal(
+			request(x, id, "GET", "/v1/sessions/s/runs/r", "Bearer alice", true), 0);
+		assert_int_equal(server_frame(x, 1, 0x4, id, st, 1), SBX_H2G_OK);
+		assert_int_equal(send_frame(x, 3, 0, id, cancel, 4), SBX_H2G_OK);
+		drain(x);
+	}
+	uint32_t code;
+	assert_int_equal(sbx_h2g_reason_of(x->g, &code), SBX_H2G_R_NONE);
+	stop(x);
+	sbx_fb_free(fb_now);
+}
+
+/* The table is bounded: a principal pushed out by many others leaves
+ * keys that charge nobody; one cooling down is kept over idle ones. */
+static void test_reset_budget_table(void **state)
+{
+	(void)state;
+	sbx_fb *b = sbx_fb_new((sbx_h2g_rate){1, 2}, 5000);
+	char name[32];
+	uint32_t bad = sbx_fb_key(b, "a:10.0.0.1", 0), idle = sbx_fb_key(b, "a:10.0.0.2", 0);
+	assert_int_not_equal(bad, 0);
+	assert_int_equal(sbx_fb_key(b, "a:10.0.0.1", 1), bad); /* found again */
+	assert_true(sbx_fb_reset(b, bad, 1));
+	assert_true(sbx_fb_reset(b, bad, 1));
+	assert_false(sbx_fb_reset(b, bad, 1));
+	assert_true(sbx_fb_penalised(b, bad, 2));
+	assert_false(sbx_fb_penalised(b, idle, 2));
+	for (int i = 0; i < 4000; i++) {
+		snprintf(name, sizeof(name), "a:172.16.%d.%d", i / 256, i % 256);
+		assert_false(sbx_fb_penalised(b, sbx_fb_key(b, name, 3 + (uint64_t)i), 3));
+	}
+	assert_true(sbx_fb_penalised(b, bad, 4000));		       /* kept while cooling down */
+	assert_false(sbx_fb_penalised(b, bad, 5002));		       /* and over after it */
+	assert_int_not_equal(sbx_fb_key(b, "a:10.0.0.2", 6000), idle); /* pushed out */
+	assert_true(sbx_fb_reset(b, idle, 6000)); /* a stale key charges nobody */
+	assert_false(sbx_fb_penalised(b, idle, 6000));
+	sbx_fb_free(b);
 }
 
 int main(void)
@@ -747,6 +893,9 @@ int main(void)
 		cmocka_unit_test(test_bad_sizes),
 		cmocka_unit_test(test_not_h2),
 		cmocka_unit_test(test_byte_at_a_time),
+		cmocka_unit_test(test_reset_budget_outlives_connections),
+		cmocka_unit_test(test_reset_budget_spares_legit_clients),
+		cmocka_unit_test(test_reset_budget_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
