@@ -6,7 +6,8 @@ local T = dofile(here .. "helpers.lua")
 local H = dofile(T.ROOT .. "/tests/server/harness.lua")
 
 local runnable = H.available() and T.has_core() and H.have("curl") and H.have("python3")
-local describe_srv = runnable and describe or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl, python3)") end
+local describe_srv = runnable and describe
+  or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl, python3)") end
 
 local ABUSE = T.ROOT .. "/tests/server/h2abuse.py"
 local MARKER = "sbx-abuse-marker"

@@ -29,8 +29,12 @@ local function parse(out)
   for k in ("conns closed refused open_at_end bytes_sent"):gmatch("%S+") do
     r[k] = tonumber(out:match('"' .. k .. '": (%d+)'))
   end
-  for code, n in (out:match('"goaway": {([^}]*)}') or ""):gmatch('"(%d+)": (%d+)') do r.goaway[code] = tonumber(n) end
-  for st, n in (out:match('"statuses": {([^}]*)}') or ""):gmatch('"(%-?%d+)": (%d+)') do r.statuses[st] = tonumber(n) end
+  for code, n in (out:match('"goaway": {([^}]*)}') or ""):gmatch('"(%d+)": (%d+)') do
+    r.goaway[code] = tonumber(n)
+  end
+  for st, n in (out:match('"statuses": {([^}]*)}') or ""):gmatch('"(%-?%d+)": (%d+)') do
+    r.statuses[st] = tonumber(n)
+  end
   return r
 end
 
@@ -206,16 +210,16 @@ describe_srv("sbxd against Rapid Reset that reconnects (short)", function()
       assert.is_true(goaways(srv, "penalty") >= r.conns - 1, r.raw)
       assert.equal(0, goaways(srv, "rst_stream"), r.raw)
       -- the burst under the budget may start runs; each one was reset and is gone
-      local deadline = T.now_ms() + 5000
+      local deadline = T.now_ms() + 60000
       while H.count_procs("sbx-abuse-marker") > 0 and T.now_ms() < deadline do os.execute("sleep 0.05") end
       assert.equal(0, H.count_procs("sbx-abuse-marker"))
       assert.is_true(metric(srv, "sbxd_runs_started_total") >= started)
       -- legit traffic with resets (control: 5 reset streams, a run, /healthz per
       -- connection), reconnecting 4 times as bob: never cut
       for _ = 1, 4 do
-        local c = attack(srv, "control", "--token", srv.token.bob, "--session", bob)
-        assert.equal(0, c.closed, c.raw)
-        assert.same({}, c.goaway)
+        local legit = attack(srv, "control", "--token", srv.token.bob, "--session", bob)
+        assert.equal(0, legit.closed, legit.raw)
+        assert.same({}, legit.goaway)
       end
       serves(srv, bob)
       -- the cool-down over, alice is served again
