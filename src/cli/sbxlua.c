@@ -205,7 +205,6 @@ static int report(lua_State *L, int status)
 	return status;
 }
 
-
 /*
  * os.exit([code [, close]]): LuaJIT's, except that close defaults to true.
  * Closing the state first runs the __gc of whatever a script left open, so

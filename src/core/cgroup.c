@@ -66,8 +66,9 @@
 
 /* The devices every sandbox has: null, zero, full, random, urandom, tty,
  * ptmx and its pts. */
-static const char *const base_rules[] = {"c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm",
-					 "c 1:9 rwm", "c 5:0 rwm", "c 5:2 rwm", "c 136:* rwm", NULL};
+static const char *const base_rules[] = {"c 1:3 rwm", "c 1:5 rwm",   "c 1:7 rwm",
+					 "c 1:8 rwm", "c 1:9 rwm",   "c 5:0 rwm",
+					 "c 5:2 rwm", "c 136:* rwm", NULL};
 #define SBX_CG_MAX_RULES 96
 
 static const char *const v1_names[SBX_CG_NCTL] = {"memory", "cpu", "cpuacct", "pids", "devices"};
@@ -147,9 +148,9 @@ static bool has_word(const char *list, const char *word)
 struct sbx_cg_tally {
 	int refs;
 	int64_t removed;
-	bool open;            /* the session has not begun to go */
-	int spare;            /* SPARE_* */
-	int64_t spare_base;   /* its oom_kill count when kept */
+	bool open;	    /* the session has not begun to go */
+	int spare;	    /* SPARE_* */
+	int64_t spare_base; /* its oom_kill count when kept */
 	char spare_dir[PATH_MAX];
 };
 enum { SPARE_NONE, SPARE_KEPT, SPARE_BUSY };
@@ -175,12 +176,12 @@ bool sbx_cgroup_wanted(const sbx_cgroup_limits *lim)
 	return lim->memory_bytes || lim->cpu_milli || lim->pids_max || lim->n_devices;
 }
 
-static int create_v2(sbx_cgroup *cg, const char *root, const char *id,
-		     const sbx_cgroup_limits *lim, sbx_err *err)
+static int create_v2(sbx_cgroup *cg, const char *root, const char *id, const sbx_cgroup_limits *lim,
+		     sbx_err *err)
 {
 	char ctl[256], base[PATH_MAX], want[64] = "";
-	const char *names[3] = {lim->memory_bytes ? "memory" : NULL,
-				lim->cpu_milli ? "cpu" : NULL, lim->pids_max ? "pids" : NULL};
+	const char *names[3] = {lim->memory_bytes ? "memory" : NULL, lim->cpu_milli ? "cpu" : NULL,
+				lim->pids_max ? "pids" : NULL};
 
 	if (slurp(root, "cgroup.controllers", ctl, sizeof(ctl)) < 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
@@ -203,7 +204,8 @@ static int create_v2(sbx_cgroup *cg, const char *root, const char *id,
 	    put(base, "cgroup.subtree_control", want, err) < 0)
 		return -1;
 	if (snprintf(cg->dir[0], sizeof(cg->dir[0]), "%s/%s", base, id) >= PATH_MAX - 32)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG, "cgroup path too long");
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+				   "cgroup path too long");
 	if (mkdir(cg->dir[0], 0755) != 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup: mkdir %s: %s",
 				   cg->dir[0], strerror(errno));
@@ -255,8 +257,8 @@ static int create_v2(sbx_cgroup *cg, const char *root, const char *id,
 	return 0;
 }
 
-static int create_v1(sbx_cgroup *cg, const char *root, const char *id,
-		     const sbx_cgroup_limits *lim, sbx_err *err)
+static int create_v1(sbx_cgroup *cg, const char *root, const char *id, const sbx_cgroup_limits *lim,
+		     sbx_err *err)
 {
 	bool want[SBX_CG_NCTL] = {lim->memory_bytes != 0, lim->cpu_milli != 0, lim->cpu_milli != 0,
 				  lim->pids_max != 0, lim->n_devices != 0};
@@ -384,8 +386,8 @@ int sbx_cgroup_attach(const sbx_cgroup *cg, pid_t pid, sbx_err *err)
 	char v[32];
 	snprintf(v, sizeof(v), "%d", (int)pid);
 	for (int i = 0; i < SBX_CG_NCTL; i++)
-		if (cg->made[i] && put(i == 0 && cg->leaf[0] ? cg->leaf : cg->dir[i],
-				       "cgroup.procs", v, err) < 0)
+		if (cg->made[i] &&
+		    put(i == 0 && cg->leaf[0] ? cg->leaf : cg->dir[i], "cgroup.procs", v, err) < 0)
 			return -1;
 	return 0;
 }
@@ -415,8 +417,7 @@ int64_t sbx_cgroup_read_oom_kills(const char *path)
 }
 
 /* Calls fn(dir, name, arg) for each run-* subdirectory of dir. */
-static void each_run_dir(const char *dir, void (*fn)(const char *, const char *, void *),
-			 void *arg)
+static void each_run_dir(const char *dir, void (*fn)(const char *, const char *, void *), void *arg)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;
@@ -462,8 +463,8 @@ int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg)
 		return p ? strtoll(p + 11, NULL, 10) : -1;
 	}
 	const char *d = cg->made[SBX_CG_CPUACCT] ? cg->dir[SBX_CG_CPUACCT]
-		      : cg->made[SBX_CG_CPU]   ? cg->dir[SBX_CG_CPU]
-					       : NULL;
+			: cg->made[SBX_CG_CPU]	 ? cg->dir[SBX_CG_CPU]
+						 : NULL;
 	if (!d || slurp(d, "cpuacct.usage", buf, sizeof(buf)) < 0)
 		return -1;
 	return strtoll(buf, NULL, 10) / 1000;
@@ -562,8 +563,7 @@ static int move_pid(const char *dir, long pid, sbx_err *err)
 		close(fd);
 	if (n == len)
 		return 0;
-	sbx_err_set(err, SBX_E_EXECUTION, e, "cgroup: move %ld into %s: %s", pid, dir,
-		    strerror(e));
+	sbx_err_set(err, SBX_E_EXECUTION, e, "cgroup: move %ld into %s: %s", pid, dir, strerror(e));
 	errno = e;
 	return -1;
 }
@@ -582,8 +582,8 @@ int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sb
 	struct sbx_cg_tally *t = cg->tally;
 	int kept = SPARE_KEPT;
 	bool reused = false;
-	if (t && __atomic_compare_exchange_n(&t->spare, &kept, SPARE_BUSY, false,
-					     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+	if (t && __atomic_compare_exchange_n(&t->spare, &kept, SPARE_BUSY, false, __ATOMIC_ACQ_REL,
+					     __ATOMIC_ACQUIRE)) {
 		/* The one an ended run left: empty, its counter noted. */
 		snprintf(rc->dir, sizeof(rc->dir), "%s", t->spare_dir);
 		rc->oom_base = t->spare_base;
@@ -607,8 +607,7 @@ int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sb
 			goto fail;
 		snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/memory.events", rc->dir);
 	} else {
-		snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/memory.oom_control",
-			 rc->dir);
+		snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/memory.oom_control", rc->dir);
 	}
 	/* init alone: it forks its workload only once we say so (init.c),
 	 * so everything of the run is born inside. */

@@ -23,7 +23,8 @@
 
 #include "internal.h"
 
-#define INSN(c, d, s, o, i) ((struct bpf_insn){.code = (c), .dst_reg = (d), .src_reg = (s), .off = (o), .imm = (i)})
+#define INSN(c, d, s, o, i) \
+	((struct bpf_insn){.code = (c), .dst_reg = (d), .src_reg = (s), .off = (o), .imm = (i)})
 #define LDX_W(d, s, o) INSN(BPF_LDX | BPF_MEM | BPF_W, d, s, o, 0)
 #define MOV_REG(d, s) INSN(BPF_ALU64 | BPF_MOV | BPF_X, d, s, 0, 0)
 #define MOV_IMM(d, i) INSN(BPF_ALU64 | BPF_MOV | BPF_K, d, 0, 0, i)
@@ -105,7 +106,7 @@ int sbx_devbpf_attach(const char *cgroup_dir, const char *const *rules, size_t n
 	a.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
 	a.insns = (uint64_t)(uintptr_t)p;
 	a.insn_cnt = (uint32_t)k;
-	a.license = (uint64_t)(uintptr_t)"GPL";
+	a.license = (uint64_t)(uintptr_t) "GPL";
 	a.log_buf = (uint64_t)(uintptr_t)log;
 	a.log_size = sizeof(log);
 	a.log_level = 1;
@@ -121,8 +122,8 @@ int sbx_devbpf_attach(const char *cgroup_dir, const char *const *rules, size_t n
 	if (cg < 0) {
 		saved = errno;
 		close(prog);
-		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, saved, "open %s: %s",
-				   cgroup_dir, strerror(saved));
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, saved, "open %s: %s", cgroup_dir,
+				   strerror(saved));
 	}
 	memset(&a, 0, sizeof(a));
 	a.target_fd = (uint32_t)cg;

@@ -426,8 +426,8 @@ not_regular:
 			   sbx_type_name(st->st_mode));
 }
 
-int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes,
-		  uint64_t *size, sbx_err *err)
+int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes, uint64_t *size,
+		  sbx_err *err)
 {
 	char pbuf[PATH_MAX];
 	struct stat st;

@@ -41,7 +41,8 @@ static int add_node(sbx_gpu *g, const char *host, const char *name, sbx_err *err
 	char inside[PATH_MAX], rule[64];
 
 	if (g->n_nodes >= SBX_GPU_MAX_NODES)
-		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0, "gpus: too many device nodes");
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				   "gpus: too many device nodes");
 	if (stat(host, &st) != 0 || !S_ISCHR(st.st_mode))
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
 				   "gpus: %s is not a character device", host);

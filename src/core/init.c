@@ -115,12 +115,13 @@ static void exec_in_path(const char *const *argv, const char *const *envp)
 /* dash's builtins and reserved words: a command naming one must run in the
  * shell, whose builtin may differ from the binary of the same name. */
 static const char *const sh_words[] = {
-	"alias", "bg", "break", "cd", "chdir", "command", "continue", "echo", "eval", "exec",
-	"exit", "export", "false", "fc", "fg", "getopts", "hash", "jobs", "kill", "local",
-	"printf", "pwd", "read", "readonly", "return", "set", "shift", "test", "times", "trap",
-	"true", "type", "ulimit", "umask", "unalias", "unset", "wait", "[", ".", ":", "if",
-	"then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
-	"function", "select", "time", "!", "{", "}", NULL};
+	"alias", "bg",	  "break",  "cd",    "chdir", "command",  "continue", "echo",	  "eval",
+	"exec",	 "exit",  "export", "false", "fc",    "fg",	  "getopts",  "hash",	  "jobs",
+	"kill",	 "local", "printf", "pwd",   "read",  "readonly", "return",   "set",	  "shift",
+	"test",	 "times", "trap",   "true",  "type",  "ulimit",	  "umask",    "unalias",  "unset",
+	"wait",	 "[",	  ".",	    ":",     "if",    "then",	  "else",     "elif",	  "fi",
+	"case",	 "esac",  "for",    "while", "until", "do",	  "done",     "function", "select",
+	"time",	 "!",	  "{",	    "}",     NULL};
 
 /*
  * `sh -c "prog arg arg"` with nothing the shell would interpret (no quotes,
@@ -295,8 +296,7 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 		cwd = host_cwd;
 	}
 	if (chdir(cwd) != 0) {
-		sbx_status_send_option(status_fd, "cwd", errno, "cwd %s: %s", cwd,
-				strerror(errno));
+		sbx_status_send_option(status_fd, "cwd", errno, "cwd %s: %s", cwd, strerror(errno));
 		_exit(127);
 	}
 	char buf[1024], *words[64];

@@ -46,24 +46,24 @@ struct sbx_proto_run {
  * for the next one. */
 struct sbx_proto_offer {
 	uint32_t magic;
-	int32_t err_no;     /* 0 on success */
-	int32_t pid;        /* init's pid in the session namespace */
-	uint32_t mode;      /* sbx_net: the network namespace the init is in */
+	int32_t err_no; /* 0 on success */
+	int32_t pid;	/* init's pid in the session namespace */
+	uint32_t mode;	/* sbx_net: the network namespace the init is in */
 };
 
 /* Host -> zygote, for each offer taken (or turned down): start the next
  * warm init, in the network namespace of this mode. */
 struct sbx_proto_want {
 	uint32_t magic;
-	uint32_t mode;      /* sbx_net */
+	uint32_t mode; /* sbx_net */
 };
 
 /* Zygote -> host, once, when the session's root is built (or why not). */
 struct sbx_proto_ready {
 	uint32_t magic;
 	int32_t err_no;
-	uint32_t kind;      /* sbx_err_kind on failure */
-	uint32_t fds;       /* SCM_RIGHTS it carries, in this order: */
+	uint32_t kind;	      /* sbx_err_kind on failure */
+	uint32_t fds;	      /* SCM_RIGHTS it carries, in this order: */
 #define SBX_READY_LISTENER 1u /* the allowlist namespace's proxy listener */
 #define SBX_READY_OPEN_NS 2u  /* the open mode's network namespace */
 	char msg[520];
@@ -71,7 +71,7 @@ struct sbx_proto_ready {
 
 enum sbx_status_type {
 	SBX_STATUS_ERROR = 'E', /* setup failed before exec: msg says why */
-	SBX_STATUS_EXIT = 'X',  /* the workload ended: wstatus, how */
+	SBX_STATUS_EXIT = 'X',	/* the workload ended: wstatus, how */
 };
 
 struct sbx_status_rec {
@@ -115,7 +115,7 @@ typedef struct sbx_gpu {
 	size_t n_nodes, n_libs;
 	char *host_node[SBX_GPU_MAX_NODES + 1];
 	const char *inside_node[SBX_GPU_MAX_NODES + 1]; /* NULL-terminated */
-	const char *rule[SBX_GPU_MAX_NODES + 1];        /* "c MAJ:MIN rw" */
+	const char *rule[SBX_GPU_MAX_NODES + 1];	/* "c MAJ:MIN rw" */
 	char *lib[SBX_GPU_MAX_LIBS + 1];
 } sbx_gpu;
 
@@ -139,24 +139,24 @@ struct sbx_zygote_cfg {
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
 	uint64_t lifetime_ms;
-	uint32_t warm_runs;        /* offers kept outstanding (>= 1) */
-	uid_t uid;                 /* the workload's uid/gid (as seen by init) */
+	uint32_t warm_runs; /* offers kept outstanding (>= 1) */
+	uid_t uid;	    /* the workload's uid/gid (as seen by init) */
 	gid_t gid;
-	uint64_t nofile;           /* RLIMIT_NOFILE of the workload */
-	uint64_t fsize;            /* RLIMIT_FSIZE; 0: unlimited */
-	int oom_fd;                /* the zygote's own oom_score_adj, or -1 */
-	char oom_adj[8];           /* what it is between clones ("0" or "-1000") */
-	bool memory_limited;       /* the session has a memory ceiling */
-	bool reuse;                /* an init may serve run after run (init.c) */
-	bool none;                 /* backend "none"/"bubblewrap": the host forks each init */
-	char *const *bwrap_argv;   /* backend "bubblewrap": bwrap and its fixed arguments */
-	int userns_fd;             /* bubblewrap as root: the session's user namespace
+	uint64_t nofile;	 /* RLIMIT_NOFILE of the workload */
+	uint64_t fsize;		 /* RLIMIT_FSIZE; 0: unlimited */
+	int oom_fd;		 /* the zygote's own oom_score_adj, or -1 */
+	char oom_adj[8];	 /* what it is between clones ("0" or "-1000") */
+	bool memory_limited;	 /* the session has a memory ceiling */
+	bool reuse;		 /* an init may serve run after run (init.c) */
+	bool none;		 /* backend "none"/"bubblewrap": the host forks each init */
+	char *const *bwrap_argv; /* backend "bubblewrap": bwrap and its fixed arguments */
+	int userns_fd;		 /* bubblewrap as root: the session's user namespace
 				    * (userns.c's full map) for bwrap --userns, or -1 */
-	int bwrap_data_fd[SBX_FS_MAX_DATA];     /* bubblewrap: sealed memfds of the generated files
+	int bwrap_data_fd[SBX_FS_MAX_DATA]; /* bubblewrap: sealed memfds of the generated files
 				    * bwrap_argv names (--ro-bind-data), or -1 */
-	const char *host_work_dir; /* backend "none": where the work dir really is */
-	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
-	sbx_net warm_mode;         /* the mode of the first warm inits */
+	const char *host_work_dir;	    /* backend "none": where the work dir really is */
+	int netns_fd[SBX_NET_NMODES];	    /* one network namespace per mode, or -1 */
+	sbx_net warm_mode;		    /* the mode of the first warm inits */
 };
 
 /* ---- network namespaces (netns.c) ---- */
@@ -251,9 +251,9 @@ struct sbx_privdrop_fail {
 int sbx_privdrop(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f);
 /* Backend bubblewrap, in a run's workload: check the cwd and program, exec
  * bwrap (backend_bubblewrap_run.c); failures go to status_fd, exit 127. */
-__attribute__((noreturn)) void sbx_bwrap_run_exec(const struct sbx_zygote_cfg *cfg,
-						  const char *cwd, const char **argv,
-						  const char **envp, int status_fd);
+__attribute__((noreturn)) void sbx_bwrap_run_exec(const struct sbx_zygote_cfg *cfg, const char *cwd,
+						  const char **argv, const char **envp,
+						  int status_fd);
 
 /* Write a status record; used by init and the workload before exec. */
 void sbx_status_send(int fd, uint32_t type, int wstatus, int err_no, uint32_t timed_out,
@@ -297,23 +297,23 @@ typedef struct sbx_cgroup_limits {
 
 /* A session's cgroup: one dir (v2) or one per controller (v1). */
 typedef struct sbx_cgroup {
-	int version;                      /* 0: none, 1 or 2 */
+	int version; /* 0: none, 1 or 2 */
 	bool made[SBX_CG_NCTL];
-	char dir[SBX_CG_NCTL][PATH_MAX];  /* v2: dir[0] only */
-	char oom_path[PATH_MAX];          /* memory.events / memory.oom_control */
-	int64_t oom_base;                 /* oom_kill count at creation */
-	char leaf[PATH_MAX];              /* v2 with a memory ceiling: <dir>/zygote */
-	struct sbx_cg_tally *tally;       /* shared with runs: removed runs' kills, a spare */
+	char dir[SBX_CG_NCTL][PATH_MAX]; /* v2: dir[0] only */
+	char oom_path[PATH_MAX];	 /* memory.events / memory.oom_control */
+	int64_t oom_base;		 /* oom_kill count at creation */
+	char leaf[PATH_MAX];		 /* v2 with a memory ceiling: <dir>/zygote */
+	struct sbx_cg_tally *tally;	 /* shared with runs: removed runs' kills, a spare */
 } sbx_cgroup;
 
 /* One run's own memory cgroup, <session memory dir>/run-<n>, in a session
  * with a memory ceiling (version 0 otherwise). */
 typedef struct sbx_run_cgroup {
-	int version;                      /* 0: none, 1 or 2 */
+	int version; /* 0: none, 1 or 2 */
 	char dir[PATH_MAX];
-	char oom_path[PATH_MAX];          /* its memory.events / memory.oom_control */
-	int64_t oom_base;                 /* its oom_kill count when made */
-	struct sbx_cg_tally *tally;       /* the session's, shared */
+	char oom_path[PATH_MAX];    /* its memory.events / memory.oom_control */
+	int64_t oom_base;	    /* its oom_kill count when made */
+	struct sbx_cg_tally *tally; /* the session's, shared */
 } sbx_run_cgroup;
 
 const char *sbx_cgroup_default_root(void);
@@ -334,7 +334,7 @@ int64_t sbx_cgroup_read_oom_kills(const char *path);
 int64_t sbx_cgroup_cpu_usage_us(const sbx_cgroup *cg);
 /* A device rule "c MAJ:MIN rwm" (MIN may be "*": minor -1), parsed. */
 struct sbx_devrule_view {
-	int type;   /* BPF_DEVCG_DEV_CHAR / _BLOCK */
+	int type; /* BPF_DEVCG_DEV_CHAR / _BLOCK */
 	int major;
 	int minor;
 	int access; /* BPF_DEVCG_ACC_* bits */
@@ -391,7 +391,6 @@ ssize_t sbx_placer_recv(sbx_placer *p, struct sbx_placed *pl, int fds[2], size_t
 void sbx_placer_stop(sbx_placer *p);
 /* The session's cgroup (for run.c). */
 const sbx_cgroup *sbx_session_cgroup(const sbx_session *s);
-
 
 /* The session's OOM counter file (for run.c), NULL without a memory ceiling. */
 const char *sbx_session_oom_path(const sbx_session *s);

@@ -72,18 +72,18 @@ enum mode { M_UNKNOWN, M_CONNECT, M_FORWARD, M_SOCKS };
 
 /* One direction of a relay: src -> dst. */
 struct dir {
-	int pipe[2];        /* -1 until first needed */
-	size_t inpipe;      /* bytes in the pipe (or buf) not yet written */
-	bool use_buf;       /* splice refused: read/write through buf */
-	bool full;          /* the pipe took no more (its slots can fill up
+	int pipe[2];   /* -1 until first needed */
+	size_t inpipe; /* bytes in the pipe (or buf) not yet written */
+	bool use_buf;  /* splice refused: read/write through buf */
+	bool full;     /* the pipe took no more (its slots can fill up
 	                     * before PIPE_SIZE bytes): read again once it drains */
 	char *buf;
 	size_t boff;
-	bool eof;           /* nothing more to read from src */
-	bool by_limit;      /* ... because limit reached (no shutdown) */
-	bool done;          /* eof and drained; shutdown sent */
-	uint64_t limit;     /* bytes still to read from src */
-	char *pre;          /* sent to dst before anything read from src */
+	bool eof;	/* nothing more to read from src */
+	bool by_limit;	/* ... because limit reached (no shutdown) */
+	bool done;	/* eof and drained; shutdown sent */
+	uint64_t limit; /* bytes still to read from src */
+	char *pre;	/* sent to dst before anything read from src */
 	size_t pre_off, pre_len;
 };
 
@@ -99,13 +99,13 @@ struct conn {
 	char host[SBX_PROXY_HOST_MAX + 1];
 	uint16_t port;
 	sbx_resolve_job *job;
-	uint64_t ticket;              /* ST_DECIDING: the question waiting */
+	uint64_t ticket;	       /* ST_DECIDING: the question waiting */
 	sbx_proxy_phase pending_phase; /* ... and its phase */
 	struct sockaddr_storage addrs[SBX_PROXY_MAX_ADDRS];
 	size_t n_addrs, next_addr;
 	int last_errno;
-	uint64_t deadline;  /* ms, CLOCK_MONOTONIC; 0: none */
-	uint64_t last_act;  /* RELAY: last byte moved */
+	uint64_t deadline; /* ms, CLOCK_MONOTONIC; 0: none */
+	uint64_t last_act; /* RELAY: last byte moved */
 	struct dir up, down;
 	struct conn *prev, *next;
 	size_t hlen;
@@ -163,13 +163,20 @@ static const char *target(const struct conn *c, char *b, size_t n)
 static const char *status_text(int status)
 {
 	switch (status) {
-	case 400: return "Bad Request";
-	case 403: return "Forbidden";
-	case 408: return "Request Timeout";
-	case 431: return "Request Header Fields Too Large";
-	case 501: return "Not Implemented";
-	case 502: return "Bad Gateway";
-	default: return "Error";
+	case 400:
+		return "Bad Request";
+	case 403:
+		return "Forbidden";
+	case 408:
+		return "Request Timeout";
+	case 431:
+		return "Request Header Fields Too Large";
+	case 501:
+		return "Not Implemented";
+	case 502:
+		return "Bad Gateway";
+	default:
+		return "Error";
 	}
 }
 
@@ -182,7 +189,7 @@ static void conn_fail(struct conn *c, int status, uint8_t socks_reply, const cha
 	int n;
 
 	if (c->mode == M_SOCKS) {
-		uint8_t r[10] = { 5, socks_reply, 0, 1 };
+		uint8_t r[10] = {5, socks_reply, 0, 1};
 		if (send(c->cfd, r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
 			/* the client is gone; nothing to tell */
 		}
@@ -191,8 +198,9 @@ static void conn_fail(struct conn *c, int status, uint8_t socks_reply, const cha
 			     "HTTP/1.1 %d %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
 			     "Connection: close\r\n\r\nsbx proxy: %s\n",
 			     status, status_text(status), strlen(reason) + 12, reason);
-		if (n > 0 && send(c->cfd, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
-				  MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+		if (n > 0 &&
+		    send(c->cfd, msg, (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1,
+			 MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
 			/* the client is gone */
 		}
 	}
@@ -201,7 +209,8 @@ static void conn_fail(struct conn *c, int status, uint8_t socks_reply, const cha
 		logf_(c->p, "refused %s (%s): %s", target(c, t, sizeof(t)), c->kind, reason);
 	} else {
 		c->p->st.failed++;
-		logf_(c->p, "failed %s (%s): %d %s", target(c, t, sizeof(t)), c->kind, status, reason);
+		logf_(c->p, "failed %s (%s): %d %s", target(c, t, sizeof(t)), c->kind, status,
+		      reason);
 	}
 	conn_close(c);
 }
@@ -214,7 +223,7 @@ static void conn_fail(struct conn *c, int status, uint8_t socks_reply, const cha
 
 static int ep_set(sbx_proxy *p, int fd, struct evh *h, uint32_t *cur, uint32_t want)
 {
-	struct epoll_event ev = { .events = want, .data.ptr = h };
+	struct epoll_event ev = {.events = want, .data.ptr = h};
 
 	if (*cur == want || *cur == EP_GONE)
 		return 0;
@@ -492,7 +501,7 @@ static int set_pre(struct dir *d, const void *a, size_t alen, const void *b, siz
 static void on_connected(struct conn *c)
 {
 	static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-	static const uint8_t ok5[10] = { 5, 0, 0, 1 };
+	static const uint8_t ok5[10] = {5, 0, 0, 1};
 	int one = 1;
 	size_t rest_off = c->req.head_len;
 
@@ -512,7 +521,8 @@ static void on_connected(struct conn *c)
 		}
 		n = sbx_proxy_http_rewrite(c->head, &c->req, out, 2 * SBX_PROXY_HEAD_MAX);
 		if (body > (uint64_t)c->req.content_length)
-			body = (size_t)c->req.content_length; /* the rest is a next request: dropped */
+			body = (size_t)c->req
+				       .content_length; /* the rest is a next request: dropped */
 		c->up.limit = (uint64_t)c->req.content_length - body;
 		if (n < 0 || set_pre(&c->up, out, (size_t)n, c->head + rest_off, body) < 0) {
 			free(out);
@@ -650,15 +660,21 @@ static void check_addrs(struct conn *c)
 	sbx_proxy *p = c->p;
 	char text[SBX_PROXY_MAX_ADDRS][INET6_ADDRSTRLEN];
 	const char *ptrs[SBX_PROXY_MAX_ADDRS];
-	sbx_proxy_query q = { .phase = SBX_PROXY_ADDRS, .kind = c->kind, .host = c->host,
-			      .port = c->port, .addrs = ptrs, .n_addrs = c->n_addrs, .tag = c->tag };
+	sbx_proxy_query q = {.phase = SBX_PROXY_ADDRS,
+			     .kind = c->kind,
+			     .host = c->host,
+			     .port = c->port,
+			     .addrs = ptrs,
+			     .n_addrs = c->n_addrs,
+			     .tag = c->tag};
 	sbx_proxy_verdict v;
 
 	for (size_t i = 0; i < c->n_addrs; i++) {
 		const struct sockaddr_storage *ss = &c->addrs[i];
-		const void *a = ss->ss_family == AF_INET
-					? (const void *)&((const struct sockaddr_in *)ss)->sin_addr
-					: (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
+		const void *a =
+			ss->ss_family == AF_INET
+				? (const void *)&((const struct sockaddr_in *)ss)->sin_addr
+				: (const void *)&((const struct sockaddr_in6 *)ss)->sin6_addr;
 		if (!inet_ntop(ss->ss_family, a, text[i], sizeof(text[i])))
 			snprintf(text[i], sizeof(text[i]), "?");
 		ptrs[i] = text[i];
@@ -715,8 +731,11 @@ static void name_allowed(struct conn *c, const sbx_proxy_verdict *vp)
 /* The target is known (c->host, c->port, c->kind): decide(NAME). */
 static void on_target(struct conn *c)
 {
-	sbx_proxy_query q = { .phase = SBX_PROXY_NAME, .kind = c->kind, .host = c->host,
-			      .port = c->port, .tag = c->tag };
+	sbx_proxy_query q = {.phase = SBX_PROXY_NAME,
+			     .kind = c->kind,
+			     .host = c->host,
+			     .port = c->port,
+			     .tag = c->tag};
 	sbx_proxy_verdict v;
 
 	c->deadline = 0;
@@ -760,11 +779,12 @@ static void on_head(struct conn *c)
 		if (c->st == ST_HEAD) {
 			size_t used;
 			bool noauth;
-			int rc = sbx_proxy_socks_greeting((uint8_t *)c->head, c->hlen, &used, &noauth);
+			int rc = sbx_proxy_socks_greeting((uint8_t *)c->head, c->hlen, &used,
+							  &noauth);
 			if (rc == SBX_PP_INCOMPLETE)
 				return;
 			if (rc == SBX_PP_ERROR || !noauth) {
-				uint8_t no[2] = { 5, 0xff };
+				uint8_t no[2] = {5, 0xff};
 				if (send(c->cfd, no, 2, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
 					/* gone */
 				}
@@ -774,7 +794,7 @@ static void on_head(struct conn *c)
 				conn_close(c);
 				return;
 			}
-			uint8_t yes[2] = { 5, 0 };
+			uint8_t yes[2] = {5, 0};
 			if (send(c->cfd, yes, 2, MSG_NOSIGNAL | MSG_DONTWAIT) != 2) {
 				conn_close(c);
 				return;
@@ -848,10 +868,11 @@ static void on_accept(sbx_proxy *p, struct listener *l)
 		struct conn *c;
 
 		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
 				/* The pending connection stays queued and the listener
 				 * readable: pause it for a while instead of spinning. */
-				struct epoll_event ev = { .events = 0, .data.ptr = &l->ev };
+				struct epoll_event ev = {.events = 0, .data.ptr = &l->ev};
 				if (!l->paused_until)
 					logf_(p, "failed - (accept): %s; accepting again in 100 ms",
 					      strerror(errno));
@@ -873,8 +894,8 @@ static void on_accept(sbx_proxy *p, struct listener *l)
 		c->cfd = fd;
 		c->ufd = -1;
 		c->cmask = c->umask = UINT32_MAX;
-		c->cev = (struct evh){ EV_CLIENT, c };
-		c->uev = (struct evh){ EV_UPSTREAM, c };
+		c->cev = (struct evh){EV_CLIENT, c};
+		c->uev = (struct evh){EV_UPSTREAM, c};
 		c->tag = l->tag;
 		c->kind = "connect";
 		c->st = ST_HEAD;
@@ -934,7 +955,7 @@ static void run_timers(sbx_proxy *p)
 		if (!l->paused_until)
 			continue;
 		if (l->paused_until <= now) {
-			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &l->ev };
+			struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &l->ev};
 			epoll_ctl(p->epfd, EPOLL_CTL_MOD, l->fd, &ev);
 			l->paused_until = 0;
 		} else if (!next || l->paused_until < next) {
@@ -959,7 +980,7 @@ static void run_timers(sbx_proxy *p)
 			next = e;
 	}
 	if (next != p->timer_at) {
-		struct itimerspec its = { 0 };
+		struct itimerspec its = {0};
 		its.it_value.tv_sec = (time_t)(next / 1000);
 		its.it_value.tv_nsec = (long)(next % 1000) * 1000000;
 		timerfd_settime(p->tfd, TFD_TIMER_ABSTIME, &its, NULL);
@@ -972,10 +993,11 @@ static void run_timers(sbx_proxy *p)
 sbx_proxy *sbx_proxy_new(const sbx_proxy_cfg *cfg, sbx_err *err)
 {
 	sbx_proxy *p;
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = {.events = EPOLLIN};
 
 	if (!cfg || !cfg->decide) {
-		sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "sbx_proxy_new: a decide function is required");
+		sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+			    "sbx_proxy_new: a decide function is required");
 		return NULL;
 	}
 	if (!(p = calloc(1, sizeof(*p)))) {
@@ -994,8 +1016,8 @@ sbx_proxy *sbx_proxy_new(const sbx_proxy_cfg *cfg, sbx_err *err)
 	if (!p->cfg.resolver_threads)
 		p->cfg.resolver_threads = 4;
 	p->epfd = p->tfd = p->rfd = -1;
-	p->tev = (struct evh){ EV_TIMER, NULL };
-	p->rev = (struct evh){ EV_RESOLVER, NULL };
+	p->tev = (struct evh){EV_TIMER, NULL};
+	p->rev = (struct evh){EV_RESOLVER, NULL};
 	if ((p->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
 	    (p->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) < 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "sbx_proxy_new: epoll/timerfd: %s",
@@ -1004,7 +1026,8 @@ sbx_proxy *sbx_proxy_new(const sbx_proxy_cfg *cfg, sbx_err *err)
 	}
 	if (!(p->res = sbx_resolver_new(p->cfg.resolver_threads, &p->rfd))) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno,
-			    "sbx_proxy_new: cannot start the resolver threads: %s", strerror(errno));
+			    "sbx_proxy_new: cannot start the resolver threads: %s",
+			    strerror(errno));
 		goto fail;
 	}
 	ev.data.ptr = &p->tev;
@@ -1024,19 +1047,21 @@ fail:
 int sbx_proxy_add_listener(sbx_proxy *p, int listen_fd, void *tag, sbx_err *err)
 {
 	struct listener *l;
-	struct epoll_event ev = { .events = EPOLLIN };
+	struct epoll_event ev = {.events = EPOLLIN};
 	int fl;
 
 	if (!p || listen_fd < 0)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "sbx_proxy_add_listener: needs a proxy and a listening fd");
-	if ((fl = fcntl(listen_fd, F_GETFL)) < 0 || fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+	if ((fl = fcntl(listen_fd, F_GETFL)) < 0 ||
+	    fcntl(listen_fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
 	    fcntl(listen_fd, F_SETFD, FD_CLOEXEC) < 0)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, errno,
 				   "sbx_proxy_add_listener: fd %d: %s", listen_fd, strerror(errno));
 	if (!(l = calloc(1, sizeof(*l))))
-		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "sbx_proxy_add_listener: out of memory");
-	l->ev = (struct evh){ EV_LISTENER, l };
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM,
+				   "sbx_proxy_add_listener: out of memory");
+	l->ev = (struct evh){EV_LISTENER, l};
 	l->fd = listen_fd;
 	l->tag = tag;
 	ev.data.ptr = &l->ev;

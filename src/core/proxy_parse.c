@@ -114,7 +114,8 @@ static bool parse_authority(const char *s, size_t n, uint16_t def, char *host, u
 
 static bool name_is(const char *buf, const sbx_proxy_hdr *h, const char *name)
 {
-	return h->name_len == strlen(name) && strncasecmp(buf + h->name_off, name, h->name_len) == 0;
+	return h->name_len == strlen(name) &&
+	       strncasecmp(buf + h->name_off, name, h->name_len) == 0;
 }
 
 /* The request line buf[0..n) (CRLF excluded). */
@@ -227,8 +228,9 @@ static int parse_header(const char *buf, size_t off, size_t n, sbx_proxy_http_re
 		}
 		r->content_length = v;
 	} else if (name_is(buf, h, "transfer-encoding")) {
-		return fail(r, 501, "Transfer-Encoding (chunked request bodies) is not supported; "
-				    "send a Content-Length");
+		return fail(r, 501,
+			    "Transfer-Encoding (chunked request bodies) is not supported; "
+			    "send a Content-Length");
 	}
 	return SBX_PP_OK;
 }
@@ -314,8 +316,8 @@ static bool put(char *out, size_t cap, size_t *n, const char *s, size_t len)
 
 long sbx_proxy_http_rewrite(const char *buf, const sbx_proxy_http_req *r, char *out, size_t cap)
 {
-	static const char *const hop[] = { "connection", "keep-alive", "te", "trailer",
-					   "transfer-encoding", "upgrade" };
+	static const char *const hop[] = {"connection", "keep-alive",	     "te",
+					  "trailer",	"transfer-encoding", "upgrade"};
 	size_t n = 0;
 	bool ok = put(out, cap, &n, buf, r->method_len) && put(out, cap, &n, " ", 1);
 
@@ -330,8 +332,10 @@ long sbx_proxy_http_rewrite(const char *buf, const sbx_proxy_http_req *r, char *
 			skip = name_is(buf, h, hop[k]);
 		if (skip || connection_lists(buf, r, buf + h->name_off, h->name_len))
 			continue;
-		ok = put(out, cap, &n, buf + h->name_off, h->name_len) && put(out, cap, &n, ": ", 2) &&
-		     put(out, cap, &n, buf + h->val_off, h->val_len) && put(out, cap, &n, "\r\n", 2);
+		ok = put(out, cap, &n, buf + h->name_off, h->name_len) &&
+		     put(out, cap, &n, ": ", 2) &&
+		     put(out, cap, &n, buf + h->val_off, h->val_len) &&
+		     put(out, cap, &n, "\r\n", 2);
 	}
 	ok = ok && put(out, cap, &n, "Connection: close\r\n\r\n", 21);
 	return ok ? (long)n : -1;

@@ -24,7 +24,7 @@
 
 /* Parser results. */
 #define SBX_PP_INCOMPLETE 0 /* need more bytes */
-#define SBX_PP_OK 1         /* parsed; see the struct */
+#define SBX_PP_OK 1	    /* parsed; see the struct */
 #define SBX_PP_ERROR (-1)   /* refuse: status / reason (HTTP) or reply (SOCKS5) */
 
 typedef struct sbx_proxy_hdr {
@@ -35,19 +35,19 @@ typedef struct sbx_proxy_hdr {
 typedef struct sbx_proxy_http_req {
 	/* on SBX_PP_ERROR: the status to answer (400, 431, 501) and why */
 	int status;
-	const char *reason;           /* static string */
-	bool connect;                 /* CONNECT host:port, else absolute-form */
+	const char *reason;		   /* static string */
+	bool connect;			   /* CONNECT host:port, else absolute-form */
 	char host[SBX_PROXY_HOST_MAX + 1]; /* as sent; IPv6 without brackets */
 	uint16_t port;
-	uint16_t method_len;          /* the method is buf[0..method_len) */
-	uint16_t path_off, path_len;  /* absolute-form: origin-form target
+	uint16_t method_len;			    /* the method is buf[0..method_len) */
+	uint16_t path_off, path_len;		    /* absolute-form: origin-form target
 	                               * (path_len 0 means "/") */
-	int minor;                    /* HTTP/1.<minor> */
-	size_t head_len;              /* bytes of the head, final CRLF included */
-	int64_t content_length;       /* -1: none */
-	bool has_host;                /* a Host field was present ... */
+	int minor;				    /* HTTP/1.<minor> */
+	size_t head_len;			    /* bytes of the head, final CRLF included */
+	int64_t content_length;			    /* -1: none */
+	bool has_host;				    /* a Host field was present ... */
 	char host_hdr_host[SBX_PROXY_HOST_MAX + 1]; /* ... naming this host */
-	uint16_t host_hdr_port;       /* ... and port (default 80) */
+	uint16_t host_hdr_port;			    /* ... and port (default 80) */
 	size_t n_hdrs;
 	sbx_proxy_hdr hdrs[SBX_PROXY_MAX_HEADERS];
 } sbx_proxy_http_req;
@@ -83,10 +83,10 @@ long sbx_proxy_http_rewrite(const char *buf, const sbx_proxy_http_req *r, char *
 int sbx_proxy_socks_greeting(const uint8_t *buf, size_t len, size_t *used, bool *noauth);
 
 typedef struct sbx_proxy_socks_req {
-	uint8_t reply;   /* on SBX_PP_ERROR: the SOCKS5 reply code to send */
+	uint8_t reply;			   /* on SBX_PP_ERROR: the SOCKS5 reply code to send */
 	char host[SBX_PROXY_HOST_MAX + 1]; /* name, or inet_ntop of ATYP 1/4 */
 	uint16_t port;
-	size_t used;     /* bytes of the request */
+	size_t used; /* bytes of the request */
 } sbx_proxy_socks_req;
 
 /*

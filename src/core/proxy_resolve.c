@@ -33,7 +33,7 @@ struct sbx_resolver {
 
 static void lookup(sbx_resolve_job *j)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res, *ai;
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
 	int rc = getaddrinfo(j->name, NULL, &hints, &res);
 
 	if (rc != 0) {
@@ -41,7 +41,7 @@ static void lookup(sbx_resolve_job *j)
 		return;
 	}
 	for (ai = res; ai && j->n_addrs < SBX_PROXY_MAX_ADDRS; ai = ai->ai_next) {
-		struct sockaddr_storage ss = { 0 };
+		struct sockaddr_storage ss = {0};
 		bool dup = false;
 		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
 			continue;

@@ -13,9 +13,9 @@
 
 typedef struct sbx_resolve_job {
 	struct sbx_resolve_job *next; /* queue / done list link */
-	void *owner;                  /* the connection; NULL once abandoned
+	void *owner;		      /* the connection; NULL once abandoned
 	                               * (read and written on the loop thread only) */
-	int gai_err;                  /* 0 or an EAI_* code */
+	int gai_err;		      /* 0 or an EAI_* code */
 	size_t n_addrs;
 	struct sockaddr_storage addrs[SBX_PROXY_MAX_ADDRS];
 	char name[256];

@@ -73,8 +73,7 @@ static unsigned long locked_flags(const char *path)
 }
 
 /* Bind src at dst (both existing), then remount with the wanted flags. */
-static int bind_mount(const char *src, const char *dst, bool writable, bool allow_dev,
-		      sbx_err *err)
+static int bind_mount(const char *src, const char *dst, bool writable, bool allow_dev, sbx_err *err)
 {
 	unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID;
 
@@ -232,7 +231,7 @@ static int mount_dev(sbx_err *err)
 {
 	char src[64], dst[64];
 	static const char *const links[][2] = {
-		{"/proc/self/fd", NEW "/dev/fd"},	 {"/proc/self/fd/0", NEW "/dev/stdin"},
+		{"/proc/self/fd", NEW "/dev/fd"},	{"/proc/self/fd/0", NEW "/dev/stdin"},
 		{"/proc/self/fd/1", NEW "/dev/stdout"}, {"/proc/self/fd/2", NEW "/dev/stderr"},
 		{"pts/ptmx", NEW "/dev/ptmx"},
 	};
@@ -294,7 +293,8 @@ int sbx_rootfs_mount_entry(const sbx_fs_entry *e, sbx_err *err)
 			return FAIL("mkdir %s: %s", e->dst, strerror(errno));
 		return 0;
 	case SBX_FS_RO_DEV:
-		if (mount(NULL, dst, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC | MS_NODEV,
+		if (mount(NULL, dst, NULL,
+			  MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC | MS_NODEV,
 			  "mode=0755,size=64k") != 0)
 			return FAIL("remount %s read-only: %s", e->dst, strerror(errno));
 		return 0;
@@ -305,7 +305,6 @@ int sbx_rootfs_mount_entry(const sbx_fs_entry *e, sbx_err *err)
 
 int sbx_rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err)
 {
-
 	/* Nothing we mount may propagate back to the host, and host mounts
 	 * made later do not appear here either. */
 	if (mount(NULL, "/", NULL, MS_SLAVE | MS_REC, NULL) != 0)
@@ -420,8 +419,8 @@ out:
 
 /* The parts of /proc that configure the kernel rather than a process:
  * read-only binds over a writable /proc (bubblewrap's --proc does so too). */
-static const char *const proc_ro[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq",
-				      "/proc/bus", NULL};
+static const char *const proc_ro[] = {"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus",
+				      NULL};
 
 int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 {

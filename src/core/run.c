@@ -38,21 +38,21 @@
 
 struct sbx_run {
 	int out_fd, err_fd, in_fd, status_fd, pidfd;
-	int sock;            /* the init's request socket, kept to give it back */
-	int reuse_fd;        /* the session's inbox for given-back inits, or -1 */
+	int sock;     /* the init's request socket, kept to give it back */
+	int reuse_fd; /* the session's inbox for given-back inits, or -1 */
 	sbx_net mode;
-	bool direct;         /* backend none/bubblewrap: SIGKILL goes as SBX_SIG_KILL_RUN */
-	char *stdin_buf;     /* bytes still to feed, owned */
+	bool direct;	 /* backend none/bubblewrap: SIGKILL goes as SBX_SIG_KILL_RUN */
+	char *stdin_buf; /* bytes still to feed, owned */
 	size_t stdin_len, stdin_off;
-	bool signalled;      /* we sent a signal: the end is ours, not its */
+	bool signalled; /* we sent a signal: the end is ours, not its */
 	bool got_exit, got_error, done;
 	struct sbx_status_rec last_error;
 	int wstatus;
 	uint32_t timed_out;
 	uint64_t t0_ns;
-	char *oom_path;      /* the session's; owned copy: it may close before the run ends */
+	char *oom_path;	     /* the session's; owned copy: it may close before the run ends */
 	sbx_run_cgroup cg;   /* the run's own memory cgroup (version 0: none) */
-	bool oom_hit;        /* the OOM killer took a process of the run: all of it goes */
+	bool oom_hit;	     /* the OOM killer took a process of the run: all of it goes */
 	uint64_t next_check; /* when to look at cg's counter next */
 	sbx_run_result result;
 	char buf[READ_CHUNK];
@@ -73,8 +73,7 @@ static void close_fd(int *fd)
 }
 
 /* cwd '\0' argv... env...: the payload the zygote unpacks. */
-static char *pack(const sbx_run_opts *o, uint32_t *argc, uint32_t *envc, size_t *len,
-		  sbx_err *err)
+static char *pack(const sbx_run_opts *o, uint32_t *argc, uint32_t *envc, size_t *len, sbx_err *err)
 {
 	const char *cwd = o->cwd ? o->cwd : SBX_SANDBOX_WORKDIR;
 	size_t total = strlen(cwd) + 1;
@@ -99,7 +98,6 @@ static char *pack(const sbx_run_opts *o, uint32_t *argc, uint32_t *envc, size_t 
 	*len = total;
 	return buf;
 }
-
 
 /* The child's end of one stdio stream; *ours gets the host end of a pipe. */
 static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
@@ -342,7 +340,8 @@ static void settle_memory(const char *oom_path)
 
 	snprintf(dir, sizeof(dir), "%s", oom_path);
 	*strrchr(dir, '/') = '\0';
-	snprintf(use, sizeof(use), "%.4000s/%s", dir, v2 ? "memory.current" : "memory.usage_in_bytes");
+	snprintf(use, sizeof(use), "%.4000s/%s", dir,
+		 v2 ? "memory.current" : "memory.usage_in_bytes");
 	snprintf(lim, sizeof(lim), "%.4000s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
 	for (int i = 0; i < 100; i++) {
 		unsigned long long u = 0, l = 0;
@@ -379,10 +378,8 @@ static void finish(sbx_run *r)
 		res->returncode = -1;
 		snprintf(res->error, sizeof(res->error), "%s", r->last_error.msg);
 		r->last_error.option[sizeof(r->last_error.option) - 1] = '\0';
-		snprintf(res->error_option, sizeof(res->error_option), "%s",
-			 r->last_error.option);
-		res->error_kind =
-			res->error_option[0] ? SBX_E_INVALID_ARGUMENT : SBX_E_EXECUTION;
+		snprintf(res->error_option, sizeof(res->error_option), "%s", r->last_error.option);
+		res->error_kind = res->error_option[0] ? SBX_E_INVALID_ARGUMENT : SBX_E_EXECUTION;
 	} else if (!r->got_exit) {
 		res->term = r->signalled ? SBX_TERM_KILLED : SBX_TERM_ERROR;
 		res->returncode = r->signalled ? -SIGKILL : -1;
@@ -394,7 +391,7 @@ static void finish(sbx_run *r)
 	} else if (WIFSIGNALED(r->wstatus)) {
 		res->signo = WTERMSIG(r->wstatus);
 		res->returncode = -res->signo;
-		res->term = r->timed_out ? SBX_TERM_TIMEOUT
+		res->term = r->timed_out   ? SBX_TERM_TIMEOUT
 			    : r->signalled ? SBX_TERM_KILLED
 					   : SBX_TERM_SIGNAL;
 	} else {
@@ -517,7 +514,8 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 		}
 		int pr = poll(pfd, (nfds_t)n, wait);
 		if (pr < 0 && errno != EINTR)
-			return sbx_err_set(err, SBX_E_EXECUTION, errno, "poll: %s", strerror(errno));
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "poll: %s",
+					   strerror(errno));
 		if (pr <= 0) {
 			if (timeout_ms >= 0 && now_ns() >= deadline)
 				return 0;

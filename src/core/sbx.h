@@ -37,17 +37,17 @@
 /* Error kinds, named as the Lua API names them. */
 typedef enum sbx_err_kind {
 	SBX_E_NONE = 0,
-	SBX_E_INVALID_ARGUMENT,    /* caller passed something wrong */
+	SBX_E_INVALID_ARGUMENT,	   /* caller passed something wrong */
 	SBX_E_BACKEND_UNAVAILABLE, /* the machine cannot provide the backend */
-	SBX_E_EXECUTION,           /* the sandbox misbehaved (spawn, stream) */
-	SBX_E_SESSION_CLOSED,      /* the session is gone */
-	SBX_E_POLICY_DENIED,       /* the policy refused */
+	SBX_E_EXECUTION,	   /* the sandbox misbehaved (spawn, stream) */
+	SBX_E_SESSION_CLOSED,	   /* the session is gone */
+	SBX_E_POLICY_DENIED,	   /* the policy refused */
 } sbx_err_kind;
 
 typedef struct sbx_err {
 	sbx_err_kind kind;
-	int sys_errno;     /* errno of the failing call, 0 if none */
-	char msg[512];     /* human-readable: what failed, why, how to fix */
+	int sys_errno; /* errno of the failing call, 0 if none */
+	char msg[512]; /* human-readable: what failed, why, how to fix */
 } sbx_err;
 
 /* Fill err (may be NULL) and return -1, so callers can `return sbx_err_set(...)`. */
@@ -67,43 +67,44 @@ typedef struct sbx_bind {
 typedef enum sbx_net {
 	SBX_NET_BLOCKED = 0, /* only lo */
 	SBX_NET_ALLOWLIST,   /* only lo, plus the proxy listener 127.0.0.1:proxy_port */
-	SBX_NET_OPEN,        /* out through pasta, deny-list rejected by nftables inside */
+	SBX_NET_OPEN,	     /* out through pasta, deny-list rejected by nftables inside */
 	SBX_NET_NMODES,
 } sbx_net;
 
 typedef struct sbx_session_opts {
-	const char *backend;        /* "userns", "privileged" (root), "bubblewrap" or "none" */
-	const char *work_dir;       /* pinned host work dir, or NULL for a fresh one */
-	const char *state_dir;      /* where fresh work dirs live; NULL: default */
-	const char *const *system_ro; /* host dirs bound read-only at the same path (NULL-terminated) */
+	const char *backend;   /* "userns", "privileged" (root), "bubblewrap" or "none" */
+	const char *work_dir;  /* pinned host work dir, or NULL for a fresh one */
+	const char *state_dir; /* where fresh work dirs live; NULL: default */
+	const char *const
+		*system_ro; /* host dirs bound read-only at the same path (NULL-terminated) */
 	const char *const *etc_files; /* entries of /etc bound read-only (NULL-terminated names) */
-	const sbx_bind *binds;      /* extra binds requested by the session */
+	const sbx_bind *binds;	      /* extra binds requested by the session */
 	size_t n_binds;
-	const char *const *seccomp_deny; /* extra syscall names to refuse (NULL-terminated) */
+	const char *const *seccomp_deny;  /* extra syscall names to refuse (NULL-terminated) */
 	const char *const *seccomp_allow; /* widenable syscall names to allow (NULL-terminated) */
-	uid_t host_uid;             /* host uid of the sandbox user when root; 0: default */
-	uid_t aux_uid;              /* userns as root: host ids of inside 0 and 65534 are
+	uid_t host_uid;			  /* host uid of the sandbox user when root; 0: default */
+	uid_t aux_uid;			  /* userns as root: host ids of inside 0 and 65534 are
 	                             * aux_uid, aux_uid + 1; 0: SBX_DEFAULT_AUX_UID */
-	uint64_t tmp_bytes;         /* size cap of the per-run /tmp; 0: default 256 MiB */
-	uint64_t shm_bytes;         /* size cap of the per-run /dev/shm; 0: default 64 MiB */
-	const char *hostname;       /* UTS hostname; NULL: "sandbox" */
-	uint64_t lifetime_ms;       /* session ends by itself after this; 0: never */
+	uint64_t tmp_bytes;		  /* size cap of the per-run /tmp; 0: default 256 MiB */
+	uint64_t shm_bytes;		  /* size cap of the per-run /dev/shm; 0: default 64 MiB */
+	const char *hostname;		  /* UTS hostname; NULL: "sandbox" */
+	uint64_t lifetime_ms;		  /* session ends by itself after this; 0: never */
 	/* Resource ceilings (cgroup.c; need root or a delegated cgroup). */
-	uint64_t memory_bytes;      /* memory incl. tmpfs pages, swap off; 0: none */
-	uint32_t cpu_milli;         /* CPU time in thousandths of a CPU; 0: none */
-	uint32_t pids_max;          /* processes + threads at once; 0: none */
-	uint64_t disk_bytes;        /* work dir cap (a tmpfs of that size, root only); 0: none */
-	const char *cgroup_root;    /* NULL: $SBX_CGROUP_ROOT or /sys/fs/cgroup */
+	uint64_t memory_bytes;	 /* memory incl. tmpfs pages, swap off; 0: none */
+	uint32_t cpu_milli;	 /* CPU time in thousandths of a CPU; 0: none */
+	uint32_t pids_max;	 /* processes + threads at once; 0: none */
+	uint64_t disk_bytes;	 /* work dir cap (a tmpfs of that size, root only); 0: none */
+	const char *cgroup_root; /* NULL: $SBX_CGROUP_ROOT or /sys/fs/cgroup */
 	/* rlimits of every workload (second layer); 0: the defaults below. */
-	uint64_t nofile;            /* RLIMIT_NOFILE; default 1024 */
-	uint64_t fsize_bytes;       /* RLIMIT_FSIZE; default: unlimited */
+	uint64_t nofile;      /* RLIMIT_NOFILE; default 1024 */
+	uint64_t fsize_bytes; /* RLIMIT_FSIZE; default: unlimited */
 	/* Backend "privileged": host uid/gid of the workload; 0: default. */
 	uid_t run_uid;
 	/* GPUs (gpu.c; backend "privileged" only). */
-	uint32_t gpus;              /* how many; 0: none visible */
-	const char *gpu_dev_dir;    /* where the nvidia* nodes are; NULL: /dev */
+	uint32_t gpus;		      /* how many; 0: none visible */
+	const char *gpu_dev_dir;      /* where the nvidia* nodes are; NULL: /dev */
 	const char *const *gpu_paths; /* driver files bound read-only (NULL-terminated) */
-	bool gpu_shared;            /* may share a GPU with another session */
+	bool gpu_shared;	      /* may share a GPU with another session */
 	/* Warm runs the zygote keeps offered ahead of time (each an idle
 	 * init + workload); more serve concurrent starts without waiting.
 	 * 0: 1; at most SBX_MAX_WARM_RUNS. */
@@ -111,7 +112,7 @@ typedef struct sbx_session_opts {
 	/* Network: the widest mode a run of this session may ask for (each
 	 * mode up to it gets a namespace of its own, made once). */
 	sbx_net network_mode;
-	uint16_t proxy_port;        /* allowlist: the listener's port inside; 0: 3128 */
+	uint16_t proxy_port; /* allowlist: the listener's port inside; 0: 3128 */
 	/* open: addresses and CIDRs rejected inside the namespace
 	 * (NULL-terminated), on top of the host's own addresses. */
 	const char *const *open_deny;
@@ -204,42 +205,42 @@ int sbx_protect_from_oom(sbx_err *err);
 
 /* How a run's stdio stream is connected. */
 typedef enum sbx_io {
-	SBX_IO_PIPE = 0,  /* a pipe the caller reads (or writes, for stdin) */
-	SBX_IO_NULL,      /* /dev/null */
-	SBX_IO_INHERIT,   /* the caller's own fd 0/1/2 */
+	SBX_IO_PIPE = 0, /* a pipe the caller reads (or writes, for stdin) */
+	SBX_IO_NULL,	 /* /dev/null */
+	SBX_IO_INHERIT,	 /* the caller's own fd 0/1/2 */
 } sbx_io;
 
 typedef struct sbx_run_opts {
-	const char *const *argv;    /* NULL-terminated, argv[0] resolved with PATH inside */
-	const char *const *envp;    /* NULL-terminated "K=V": the whole environment */
-	const char *cwd;            /* inside path, already validated; NULL: the work dir */
+	const char *const *argv; /* NULL-terminated, argv[0] resolved with PATH inside */
+	const char *const *envp; /* NULL-terminated "K=V": the whole environment */
+	const char *cwd;	 /* inside path, already validated; NULL: the work dir */
 	sbx_io stdin_mode, stdout_mode, stderr_mode;
-	const char *stdin_data;     /* bytes fed to a PIPE stdin, then closed */
+	const char *stdin_data; /* bytes fed to a PIPE stdin, then closed */
 	size_t stdin_len;
-	uint32_t timeout_ms;        /* 0: none */
-	uint32_t grace_ms;          /* SIGTERM to SIGKILL; 0: default 2000 */
-	sbx_net network_mode;       /* at most the session's */
+	uint32_t timeout_ms;  /* 0: none */
+	uint32_t grace_ms;    /* SIGTERM to SIGKILL; 0: default 2000 */
+	sbx_net network_mode; /* at most the session's */
 } sbx_run_opts;
 
 typedef struct sbx_run sbx_run;
 
 /* Why a run ended. */
 typedef enum sbx_term {
-	SBX_TERM_NONE = 0,   /* still running */
-	SBX_TERM_EXIT,       /* exited by itself (any code) */
-	SBX_TERM_SIGNAL,     /* killed by a signal it did not get from us */
-	SBX_TERM_TIMEOUT,    /* timeout_ms passed: SIGTERM, then SIGKILL */
-	SBX_TERM_KILLED,     /* sbx_run_kill() or session close */
-	SBX_TERM_ERROR,      /* the sandbox failed to start or lost the run */
-	SBX_TERM_OOM,        /* the session's memory ceiling: the OOM killer ended it */
+	SBX_TERM_NONE = 0, /* still running */
+	SBX_TERM_EXIT,	   /* exited by itself (any code) */
+	SBX_TERM_SIGNAL,   /* killed by a signal it did not get from us */
+	SBX_TERM_TIMEOUT,  /* timeout_ms passed: SIGTERM, then SIGKILL */
+	SBX_TERM_KILLED,   /* sbx_run_kill() or session close */
+	SBX_TERM_ERROR,	   /* the sandbox failed to start or lost the run */
+	SBX_TERM_OOM,	   /* the session's memory ceiling: the OOM killer ended it */
 } sbx_term;
 
 typedef struct sbx_run_result {
 	sbx_term term;
-	int returncode;       /* exit code; -signo for signal deaths; -1 on error */
-	int signo;            /* signal that ended it, 0 if none */
+	int returncode; /* exit code; -signo for signal deaths; -1 on error */
+	int signo;	/* signal that ended it, 0 if none */
 	uint64_t runtime_ms;
-	char error[256];      /* SBX_TERM_ERROR: why */
+	char error[256]; /* SBX_TERM_ERROR: why */
 	/* SBX_TERM_ERROR: SBX_E_INVALID_ARGUMENT when the request's option
 	 * error_option was wrong (error then starts with "<option> "), else
 	 * SBX_E_EXECUTION.  Callers branch on these, never on error's text. */
@@ -249,15 +250,15 @@ typedef struct sbx_run_result {
 
 /* One thing sbx_run_next() can return. */
 typedef enum sbx_event_type {
-	SBX_EV_NONE = 0,      /* nothing within the timeout */
+	SBX_EV_NONE = 0, /* nothing within the timeout */
 	SBX_EV_STDOUT,
 	SBX_EV_STDERR,
-	SBX_EV_EXIT,          /* the run ended and both streams are drained */
+	SBX_EV_EXIT, /* the run ended and both streams are drained */
 } sbx_event_type;
 
 typedef struct sbx_event {
 	sbx_event_type type;
-	const char *data;     /* STDOUT/STDERR: valid until the next call */
+	const char *data; /* STDOUT/STDERR: valid until the next call */
 	size_t len;
 } sbx_event;
 
@@ -270,8 +271,8 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *opts, sbx_err *err);
  * backpressure).  EXIT is returned once, after every wanted-or-not stream
  * has reached EOF; after it, result is final.  Returns 0 or -1 with err.
  */
-int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
-		 sbx_event *ev, sbx_err *err);
+int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr, sbx_event *ev,
+		 sbx_err *err);
 /* Send a signal to the run (SIGKILL ends everything in it). */
 int sbx_run_kill(sbx_run *r, int signo, sbx_err *err);
 /* The result so far (term == SBX_TERM_NONE while running). */
@@ -299,24 +300,24 @@ int sbx_path_check(const char *path, size_t len, sbx_err *err);
  * RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV): no symlink leads out.
  * len > max_bytes is InvalidArgument.  Returns 0 or -1 with err.
  */
-int sbx_file_put(int dirfd, const char *path, size_t path_len, const void *data,
-		 size_t len, size_t max_bytes, uid_t uid, gid_t gid, sbx_err *err);
+int sbx_file_put(int dirfd, const char *path, size_t path_len, const void *data, size_t len,
+		 size_t max_bytes, uid_t uid, gid_t gid, sbx_err *err);
 /*
  * Read the regular file at path beneath dirfd (same resolution rules; FIFOs,
  * devices, sockets and directories refused without blocking).  A file larger
  * than max_bytes is InvalidArgument.  On success *out is malloc'd (caller
  * frees) and *out_len set.  Returns 0 or -1 with err.
  */
-int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes,
-		 char **out, size_t *out_len, sbx_err *err);
+int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes, char **out,
+		 size_t *out_len, sbx_err *err);
 /*
  * Open the regular file at path beneath dirfd for reading, as sbx_file_get
  * would read it: the fd (the caller's, CLOEXEC) and its size, for callers
  * that stream it rather than hold it.  Over max_bytes: InvalidArgument.
  * Returns the fd, or -1 with err.
  */
-int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes,
-		  uint64_t *size, sbx_err *err);
+int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes, uint64_t *size,
+		  sbx_err *err);
 
 /* ---- seccomp and capabilities (seccomp.c, caps.c) ---- */
 
@@ -325,11 +326,11 @@ struct sock_fprog;
 typedef enum { SBX_SC_ALLOWED, SBX_SC_ARGS, SBX_SC_REFUSED } sbx_sc_action;
 typedef struct sbx_seccomp_entry {
 	const char *name;     /* static */
-	int nr;               /* this architecture's number */
+	int nr;		      /* this architecture's number */
 	sbx_sc_action action; /* ARGS: allowed unless rule says otherwise */
-	int err;              /* REFUSED: the errno the workload gets */
+	int err;	      /* REFUSED: the errno the workload gets */
 	const char *rule;     /* ARGS: what is refused, in words (static) */
-	bool widenable;       /* a policy's allow list may allow it */
+	bool widenable;	      /* a policy's allow list may allow it */
 } sbx_seccomp_entry;
 /*
  * The effective syscall profile for this architecture: the compiled floor
@@ -339,8 +340,8 @@ typedef struct sbx_seccomp_entry {
  * to every architecture, an allow name not widenable, or an architecture
  * without a table is an error.  Returns a malloc'd array (free()), or NULL.
  */
-sbx_seccomp_entry *sbx_seccomp_profile(const char *const *deny, const char *const *allow,
-				       size_t *n, sbx_err *err);
+sbx_seccomp_entry *sbx_seccomp_profile(const char *const *deny, const char *const *allow, size_t *n,
+				       sbx_err *err);
 /* The architecture name of this build's syscall table, or NULL (no table:
  * every session is refused). */
 const char *sbx_seccomp_arch(void);

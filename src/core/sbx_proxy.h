@@ -45,20 +45,20 @@ typedef enum sbx_proxy_phase {
 
 typedef struct sbx_proxy_query {
 	sbx_proxy_phase phase;
-	const char *kind;   /* "connect", "http" or "socks5" */
-	const char *host;   /* as the client sent it (IPv6 without brackets) */
+	const char *kind; /* "connect", "http" or "socks5" */
+	const char *host; /* as the client sent it (IPv6 without brackets) */
 	uint16_t port;
 	/* SBX_PROXY_ADDRS: canonical text (inet_ntop) of every address the
 	 * name resolved to, or of the literal; n_addrs >= 1. */
 	const char *const *addrs;
 	size_t n_addrs;
-	void *tag;          /* the tag of the listener the connection came in on */
-	uint64_t ticket;    /* names this question to sbx_proxy_decided */
+	void *tag;	 /* the tag of the listener the connection came in on */
+	uint64_t ticket; /* names this question to sbx_proxy_decided */
 } sbx_proxy_query;
 
 typedef struct sbx_proxy_verdict {
-	bool allow;          /* false unless the decider says so */
-	char reason[256];    /* why not, shown to the client and logged */
+	bool allow;	  /* false unless the decider says so */
+	char reason[256]; /* why not, shown to the client and logged */
 	/* SBX_PROXY_NAME, when allowed: exactly one of
 	 *   literal: the canonical address (inet_pton-able) when the host is
 	 *            an IP literal in any spelling: dialed without DNS;
@@ -81,9 +81,9 @@ typedef void (*sbx_proxy_log_fn)(void *ud, const char *line);
 
 typedef struct sbx_proxy_cfg {
 	sbx_proxy_decide_fn decide;
-	sbx_proxy_log_fn log;        /* may be NULL */
-	void *ud;                    /* passed to decide and log */
-	uint32_t max_conns;          /* client connections at once; 0: 1024 */
+	sbx_proxy_log_fn log;	     /* may be NULL */
+	void *ud;		     /* passed to decide and log */
+	uint32_t max_conns;	     /* client connections at once; 0: 1024 */
 	uint32_t connect_timeout_ms; /* dialing one address; 0: 10000 */
 	uint32_t header_timeout_ms;  /* a request's head must arrive within; 0: 30000 */
 	uint32_t idle_timeout_ms;    /* a tunnel with no bytes either way; 0: 600000 */
@@ -91,13 +91,13 @@ typedef struct sbx_proxy_cfg {
 } sbx_proxy_cfg;
 
 typedef struct sbx_proxy_stats {
-	uint64_t accepted;      /* client connections */
-	uint64_t allowed;       /* requests let through (dialed) */
-	uint64_t refused;       /* requests refused by a verdict */
-	uint64_t failed;        /* allowed but unreachable, bad requests, timeouts */
-	uint64_t active;        /* client connections open now */
-	uint64_t bytes_up;      /* client -> target */
-	uint64_t bytes_down;    /* target -> client */
+	uint64_t accepted;   /* client connections */
+	uint64_t allowed;    /* requests let through (dialed) */
+	uint64_t refused;    /* requests refused by a verdict */
+	uint64_t failed;     /* allowed but unreachable, bad requests, timeouts */
+	uint64_t active;     /* client connections open now */
+	uint64_t bytes_up;   /* client -> target */
+	uint64_t bytes_down; /* target -> client */
 } sbx_proxy_stats;
 
 sbx_proxy *sbx_proxy_new(const sbx_proxy_cfg *cfg, sbx_err *err);

@@ -47,7 +47,6 @@ uint64_t sbx_session_run_nofile(const sbx_session_opts *o)
 	return DEFAULT_NOFILE;
 }
 
-
 /* Wait for the zygote's next offer of a warm init (with a memory
  * ceiling: once the placer has put it in its run cgroup, *rc).  -1 with
  * err; -2 with err and errno when the offer came but was not placed
@@ -66,7 +65,8 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_
 		;
 	if (pr == 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ETIMEDOUT,
-				   "the sandbox did not offer a run within %d ms", READY_TIMEOUT_MS);
+				   "the sandbox did not offer a run within %d ms",
+				   READY_TIMEOUT_MS);
 	memset(&off, 0, sizeof(off));
 	if (s->placer) {
 		n = sbx_placer_recv(s->placer, &pl, fds, &nfds);
@@ -193,10 +193,11 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 	memset(rc, 0, sizeof(*rc));
 	if (mode > s->net)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-				   "network_mode %s is wider than the session's %s", sbx_net_name(mode),
-				   sbx_net_name(s->net));
+				   "network_mode %s is wider than the session's %s",
+				   sbx_net_name(mode), sbx_net_name(s->net));
 	if (s->none && sbx_none_expired(s))
-		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session's lifetime has passed");
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
+				   "the session's lifetime has passed");
 	if (s->none)
 		return sbx_none_take(s, sock, pidfd, err);
 	if (s->ctl_fd < 0)
@@ -412,10 +413,11 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 				   "%s has no per-session network namespace for the proxy or pasta",
 				   sbx_net_name(o->network_mode), o->backend);
 	if (o->gpus && !s->privileged)
-		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
-				   "gpus = %u needs backend \"privileged\" (NVIDIA's driver refuses "
-				   "an unprivileged user namespace, and %s has no device isolation)",
-				   o->gpus, o->backend);
+		return sbx_err_set(
+			err, SBX_E_BACKEND_UNAVAILABLE, 0,
+			"gpus = %u needs backend \"privileged\" (NVIDIA's driver refuses "
+			"an unprivileged user namespace, and %s has no device isolation)",
+			o->gpus, o->backend);
 	bool limits = o->memory_bytes || o->cpu_milli || o->pids_max;
 	if (limits && geteuid() != 0 && !o->cgroup_root && !getenv("SBX_CGROUP_ROOT"))
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
@@ -433,9 +435,10 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 				   "LimitNOFILE=)",
 				   (unsigned long long)o->nofile, (unsigned long long)nf.rlim_max);
 	if (o->disk_bytes && geteuid() != 0)
-		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
-				   "disk_mb: the size-capped work dir is a tmpfs mount, which needs "
-				   "root; leave disk_mb unset when not root");
+		return sbx_err_set(
+			err, SBX_E_BACKEND_UNAVAILABLE, EPERM,
+			"disk_mb: the size-capped work dir is a tmpfs mount, which needs "
+			"root; leave disk_mb unset when not root");
 	if (o->disk_bytes && o->work_dir)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "disk_mb cannot cap a pinned work_dir (it lives on the host's "
@@ -528,10 +531,11 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		    !strcmp(p, "/dev/shm") || !strcmp(p, SBX_SANDBOX_WORKDIR) ||
 		    !strncmp(p, SBX_SANDBOX_WORKDIR "/", strlen(SBX_SANDBOX_WORKDIR) + 1) ||
 		    strlen(p) >= PATH_MAX - 16)
-			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-					   "bind path '%s' is not allowed (absolute, normalized, not "
-					   "/tmp, /dev/shm or the work dir)",
-					   p ? p : "(null)"),
+			return sbx_err_set(
+				       err, SBX_E_INVALID_ARGUMENT, 0,
+				       "bind path '%s' is not allowed (absolute, normalized, not "
+				       "/tmp, /dev/shm or the work dir)",
+				       p ? p : "(null)"),
 			       NULL;
 	}
 	if (o->n_binds >= SBX_MAX_CARRY)
@@ -593,7 +597,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (o->gpus) {
 		char lock_dir[PATH_MAX];
 		const char *state = getenv("SBX_GPU_LOCK_DIR");
-		snprintf(lock_dir, sizeof(lock_dir), "%s", state && *state ? state : "/run/sbx-gpus");
+		snprintf(lock_dir, sizeof(lock_dir), "%s",
+			 state && *state ? state : "/run/sbx-gpus");
 		if (sbx_gpu_prepare(&s->gpu, o, lock_dir, err) < 0)
 			goto fail;
 	}

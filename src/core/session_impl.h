@@ -38,12 +38,12 @@ struct sbx_session {
 	char work_dir[PATH_MAX];
 	char backend[16];
 	const struct sbx_backend *be; /* backend.c's entry */
-	bool privileged;	 /* namespaces without a user namespace (root) */
-	bool none;		 /* runs forked by the host itself (none, bubblewrap) */
-	bool bwrap;		 /* backend "bubblewrap": each run is one bwrap */
-	char **bwrap_argv;	 /* its fixed arguments, owned */
-	struct sock_fprog *prog; /* bubblewrap: the filter each bwrap loads */
-	bool disk_mounted;	 /* work dir is a size-capped tmpfs of ours */
+	bool privileged;	      /* namespaces without a user namespace (root) */
+	bool none;		      /* runs forked by the host itself (none, bubblewrap) */
+	bool bwrap;		      /* backend "bubblewrap": each run is one bwrap */
+	char **bwrap_argv;	      /* its fixed arguments, owned */
+	struct sock_fprog *prog;      /* bubblewrap: the filter each bwrap loads */
+	bool disk_mounted;	      /* work dir is a size-capped tmpfs of ours */
 	sbx_cgroup cg;
 	struct sbx_zygote_cfg direct;  /* backend "none": what its inits get */
 	int direct_pidfds[MAX_DIRECT]; /* backend "none": inits to reap */

@@ -91,8 +91,7 @@ void sbx_userns_explain(int clone_errno, sbx_err *err)
 			    "user.max_user_namespaces=15000");
 		return;
 	}
-	if (geteuid() != 0 &&
-	    read_long("/proc/sys/kernel/unprivileged_userns_clone") == 0) {
+	if (geteuid() != 0 && read_long("/proc/sys/kernel/unprivileged_userns_clone") == 0) {
 		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, clone_errno,
 			    "backend userns: unprivileged user namespaces are disabled "
 			    "(kernel.unprivileged_userns_clone = 0); fix: sysctl -w "

@@ -117,8 +117,8 @@ static int64_t check_int_top(lua_State *L, const char *what, int64_t min, int64_
 	v = lua_tonumber(L, -1);
 	/* !(a <= b) also refuses NaN; both bounds are exact as doubles (|x| <= 2^53). */
 	if (!(v >= (lua_Number)min) || !(v <= (lua_Number)max) || v != floor(v))
-		luaL_error(L, "%s: integer in [%lld, %lld] expected, got %f", what,
-			   (long long)min, (long long)max, (double)v);
+		luaL_error(L, "%s: integer in [%lld, %lld] expected, got %f", what, (long long)min,
+			   (long long)max, (double)v);
 	return (int64_t)v;
 }
 
@@ -141,8 +141,7 @@ int64_t lsbx_opt_int(lua_State *L, int idx, const char *field, int64_t min, int6
 	return v;
 }
 
-int64_t lsbx_arg_int(lua_State *L, int idx, const char *what, int64_t min, int64_t max,
-		     int64_t def)
+int64_t lsbx_arg_int(lua_State *L, int idx, const char *what, int64_t min, int64_t max, int64_t def)
 {
 	int64_t v;
 
@@ -225,8 +224,8 @@ const char **lsbx_opt_strv(lua_State *L, int idx, const char *field, bool requir
 	return v;
 }
 
-void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
-			 lua_CFunction gc, lua_CFunction tostring)
+void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+			 lua_CFunction tostring)
 {
 	luaL_newmetatable(L, name);
 	lua_newtable(L);
@@ -243,7 +242,7 @@ void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods
 
 sbx_net lsbx_opt_net(lua_State *L, int idx)
 {
-	static const char *const names[] = { "blocked", "allowlist", "open", NULL };
+	static const char *const names[] = {"blocked", "allowlist", "open", NULL};
 	const char *v = lsbx_opt_string(L, idx, "network_mode");
 
 	if (!v)
@@ -251,7 +250,8 @@ sbx_net lsbx_opt_net(lua_State *L, int idx)
 	for (int i = 0; names[i]; i++)
 		if (!strcmp(v, names[i]))
 			return (sbx_net)i;
-	luaL_error(L, "field 'network_mode': \"blocked\", \"allowlist\" or \"open\" expected, got %s",
+	luaL_error(L,
+		   "field 'network_mode': \"blocked\", \"allowlist\" or \"open\" expected, got %s",
 		   v);
 	return SBX_NET_BLOCKED;
 }

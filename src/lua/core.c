@@ -43,15 +43,15 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 }
 
 static const char *const session_fields[] = {
-	"backend", "work_dir", "state_dir", "hostname", "system_ro", "etc_files", "binds",
-	"seccomp_deny", "seccomp_allow", "host_uid", "aux_uid", "tmp_bytes", "shm_bytes",
-	"lifetime_ms", "memory_bytes", "cpu_milli", "pids_max", "disk_bytes", "cgroup_root", "nofile",
-	"fsize_bytes", "run_uid",
-	"gpus", "gpu_dev_dir", "gpu_paths", "gpu_shared", "warm_runs", "network_mode", "proxy_port",
-	"open_deny", NULL,
+	"backend",     "work_dir",     "state_dir",	"hostname",	"system_ro",  "etc_files",
+	"binds",       "seccomp_deny", "seccomp_allow", "host_uid",	"aux_uid",    "tmp_bytes",
+	"shm_bytes",   "lifetime_ms",  "memory_bytes",	"cpu_milli",	"pids_max",   "disk_bytes",
+	"cgroup_root", "nofile",       "fsize_bytes",	"run_uid",	"gpus",	      "gpu_dev_dir",
+	"gpu_paths",   "gpu_shared",   "warm_runs",	"network_mode", "proxy_port", "open_deny",
+	NULL,
 };
 
-static const char *const bind_fields[] = { "path", "writable", NULL };
+static const char *const bind_fields[] = {"path", "writable", NULL};
 
 /*
  * binds = { {path=, writable=}, ... } as an sbx_bind array.  Like
@@ -97,7 +97,7 @@ static int session_open(lua_State *L, bool start)
 {
 	sbx_session_opts o;
 	lsbx_session *ud;
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	const char *wd;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
@@ -236,7 +236,7 @@ static int closed(lua_State *L)
 static int l_session_put(lua_State *L)
 {
 	lsbx_session *ud = lsbx_check_session(L, 1);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	size_t path_len, max_bytes, len;
 	const char *path, *data;
 
@@ -257,7 +257,7 @@ static int l_session_put(lua_State *L)
 static int l_session_get(lua_State *L)
 {
 	lsbx_session *ud = lsbx_check_session(L, 1);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	size_t path_len, max_bytes, len = 0;
 	const char *path;
 	char *out = NULL;
@@ -280,7 +280,7 @@ static int l_session_get(lua_State *L)
 static int l_session_open_file(lua_State *L)
 {
 	lsbx_session *ud = lsbx_check_session(L, 1);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	size_t path_len, max_bytes;
 	uint64_t size = 0;
 	const char *path = file_args(L, 3, &path_len, &max_bytes);
@@ -300,7 +300,7 @@ static int l_session_open_file(lua_State *L)
 static int l_session_close(lua_State *L)
 {
 	lsbx_session *ud = lsbx_check_session(L, 1);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	sbx_session *s = ud->s;
 
 	ud->s = NULL;
@@ -389,7 +389,7 @@ static int l_session_gpu_nodes(lua_State *L)
 /* core.protect_from_oom() -> true, or nil, kind, msg (sbxd only) */
 static int l_protect_from_oom(lua_State *L)
 {
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	if (sbx_protect_from_oom(&err) < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
@@ -402,8 +402,8 @@ static int l_session_tostring(lua_State *L)
 
 	lua_getfenv(L, 1);
 	lua_getfield(L, -1, "work_dir");
-	lua_pushfstring(L, "sbx.core.session(%s%s)", lua_isstring(L, -1) ? lua_tostring(L, -1) : "?",
-			ud->s ? "" : ", closed");
+	lua_pushfstring(L, "sbx.core.session(%s%s)",
+			lua_isstring(L, -1) ? lua_tostring(L, -1) : "?", ud->s ? "" : ", closed");
 	return 1;
 }
 
@@ -415,7 +415,7 @@ static int l_realpath(lua_State *L)
 	size_t len;
 	const char *path;
 	char buf[PATH_MAX];
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 
 	if (lua_type(L, 1) != LUA_TSTRING)
 		luaL_argerror(L, 1, "string expected");
@@ -445,7 +445,7 @@ static int l_monotonic_ms(lua_State *L)
 static int l_session_proxy_listener(lua_State *L)
 {
 	lsbx_session *ud = lsbx_check_session(L, 1);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 
 	if (!ud->s)
 		return lsbx_push_fail(L, SBX_E_SESSION_CLOSED, "the session is closed");
@@ -457,42 +457,42 @@ static int l_session_proxy_listener(lua_State *L)
 }
 
 static const luaL_Reg session_methods[] = {
-	{ "run", lsbx_session_run },
-	{ "put", l_session_put },
-	{ "get", l_session_get },
-	{ "open_file", l_session_open_file },
-	{ "close", l_session_close },
-	{ "work_dir", l_session_work_dir },
-	{ "alive", l_session_alive },
-	{ "backend", l_session_backend },
-	{ "cpu_usage_us", l_session_cpu_usage },
-	{ "oom_kills", l_session_oom_kills },
-	{ "gpu_nodes", l_session_gpu_nodes },
-	{ "proxy_listener", l_session_proxy_listener },
-	{ "ready_fd", l_session_ready_fd },
-	{ "finish", l_session_finish },
-	{ "offer_fd", l_session_offer_fd },
-	{ NULL, NULL },
+	{"run", lsbx_session_run},
+	{"put", l_session_put},
+	{"get", l_session_get},
+	{"open_file", l_session_open_file},
+	{"close", l_session_close},
+	{"work_dir", l_session_work_dir},
+	{"alive", l_session_alive},
+	{"backend", l_session_backend},
+	{"cpu_usage_us", l_session_cpu_usage},
+	{"oom_kills", l_session_oom_kills},
+	{"gpu_nodes", l_session_gpu_nodes},
+	{"proxy_listener", l_session_proxy_listener},
+	{"ready_fd", l_session_ready_fd},
+	{"finish", l_session_finish},
+	{"offer_fd", l_session_offer_fd},
+	{NULL, NULL},
 };
 
 static const luaL_Reg core_functions[] = {
-	{ "session_open", l_session_open },
-	{ "session_start", l_session_start },
-	{ "realpath", l_realpath },
-	{ "protect_from_oom", l_protect_from_oom },
-	{ "monotonic_ms", l_monotonic_ms },
-	{ "seccomp_profile", lsbx_seccomp_profile },
-	{ NULL, NULL },
+	{"session_open", l_session_open},
+	{"session_start", l_session_start},
+	{"realpath", l_realpath},
+	{"protect_from_oom", l_protect_from_oom},
+	{"monotonic_ms", l_monotonic_ms},
+	{"seccomp_profile", lsbx_seccomp_profile},
+	{NULL, NULL},
 };
 
 static const struct {
 	const char *name;
 	int signo;
 } signals[] = {
-	{ "TERM", SIGTERM }, { "KILL", SIGKILL }, { "INT", SIGINT },   { "HUP", SIGHUP },
-	{ "QUIT", SIGQUIT }, { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "STOP", SIGSTOP },
-	{ "CONT", SIGCONT }, { "ABRT", SIGABRT }, { "ALRM", SIGALRM }, { "SEGV", SIGSEGV },
-	{ "PIPE", SIGPIPE },
+	{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},	 {"HUP", SIGHUP},
+	{"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
+	{"CONT", SIGCONT}, {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {"SEGV", SIGSEGV},
+	{"PIPE", SIGPIPE},
 };
 
 int luaopen_sbx_core(lua_State *L)

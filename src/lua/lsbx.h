@@ -48,8 +48,8 @@ void lsbx_proxy_register(lua_State *L);
 /* Register the metatable of a userdata class: methods as __index, gc and
  * tostring as metamethods, and the name as __metatable so Lua code can
  * neither read nor replace it. */
-void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
-			 lua_CFunction gc, lua_CFunction tostring);
+void lsbx_register_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc,
+			 lua_CFunction tostring);
 
 /* Push nil, kind name, message: the "expected failure" return of the
  * binding; and a fourth, code, where the core's errno names a condition

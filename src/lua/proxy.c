@@ -63,8 +63,8 @@ typedef struct lsbx_proxy_child {
 } lsbx_proxy_child;
 
 static const char *const proxy_fields[] = {
-	"decide", "log", "max_conns", "connect_timeout_ms", "header_timeout_ms", "idle_timeout_ms",
-	NULL,
+	"decide",	   "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
+	"idle_timeout_ms", NULL,
 };
 
 static void copy_field(lua_State *L, int t, const char *name, char *dst, size_t n)
@@ -175,7 +175,7 @@ static lsbx_proxy *check_proxy(lua_State *L, int idx)
 static lsbx_proxy *proxy_create(lua_State *L, int idx)
 {
 	sbx_proxy_cfg cfg;
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 
 	luaL_checktype(L, idx, LUA_TTABLE);
 	lsbx_check_fields(L, idx, "proxy options", proxy_fields);
@@ -185,7 +185,8 @@ static lsbx_proxy *proxy_create(lua_State *L, int idx)
 	lua_pop(L, 1);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.max_conns = (uint32_t)lsbx_opt_int(L, idx, "max_conns", 0, 1 << 20, 0);
-	cfg.connect_timeout_ms = (uint32_t)lsbx_opt_int(L, idx, "connect_timeout_ms", 0, 3600000, 0);
+	cfg.connect_timeout_ms =
+		(uint32_t)lsbx_opt_int(L, idx, "connect_timeout_ms", 0, 3600000, 0);
 	cfg.header_timeout_ms = (uint32_t)lsbx_opt_int(L, idx, "header_timeout_ms", 0, 3600000, 0);
 	cfg.idle_timeout_ms = (uint32_t)lsbx_opt_int(L, idx, "idle_timeout_ms", 0, 86400000, 0);
 
@@ -244,7 +245,7 @@ static int l_proxy_add(lua_State *L)
 	lsbx_proxy *px = check_proxy(L, 1);
 	int fd = (int)lsbx_arg_int(L, 2, "fd", 0, INT32_MAX, -1);
 	const char *tag = luaL_checkstring(L, 3);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 
 	if (sbx_proxy_add_listener(px->p, fd, intern_tag(L, px, tag, true), &err) < 0)
 		return lsbx_push_err(L, &err);
@@ -274,7 +275,7 @@ static int l_proxy_step(lua_State *L)
 {
 	lsbx_proxy *px = check_proxy(L, 1);
 	int timeout = (int)lsbx_arg_int(L, 2, "timeout_ms", -1, INT32_MAX, 0);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 
 	px->L = L;
 	int rc = sbx_proxy_step(px->p, timeout, &err);
@@ -310,8 +311,8 @@ static void push_stats(lua_State *L, const sbx_proxy_stats *s)
 	sbx_proxy_stats st = *s;
 
 	lua_createtable(L, 0, 7);
-#define F(name)                                      \
-	lua_pushnumber(L, (lua_Number)st.name);      \
+#define F(name)                                 \
+	lua_pushnumber(L, (lua_Number)st.name); \
 	lua_setfield(L, -2, #name)
 	F(accepted);
 	F(allowed);
@@ -354,7 +355,7 @@ static int l_proxy_tostring(lua_State *L)
 
 /* The child: serve until the host closes ctl or dies.  Never returns. */
 static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, const char *tag,
-						 int ctl, pid_t parent, int stats_fd)
+						  int ctl, pid_t parent, int stats_fd)
 {
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
@@ -363,7 +364,7 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 	/* Nothing of the host's may stay open here: a session's control
 	 * socket held by us would keep its sandbox alive after the host
 	 * closed it. */
-	int keep[3] = { listener, ctl, stats_fd }, from = 3;
+	int keep[3] = {listener, ctl, stats_fd}, from = 3;
 	for (int i = 0; i < 3; i++) /* sort the three */
 		for (int j = i + 1; j < 3; j++)
 			if (keep[j] < keep[i]) {
@@ -379,14 +380,14 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 	syscall(SYS_close_range, (unsigned)from, ~0U, 0U);
 	signal(SIGPIPE, SIG_IGN);
 	lsbx_proxy *px = proxy_create(L, 3);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	if (sbx_proxy_add_listener(px->p, listener, intern_tag(L, px, tag, true), &err) < 0) {
 		fprintf(stderr, "sbx proxy: %s\n", err.msg);
 		_exit(1);
 	}
 	for (;;) {
-		struct pollfd pfd[3] = { { sbx_proxy_fd(px->p), POLLIN, 0 }, { ctl, POLLIN, 0 },
-					 { stats_fd, POLLIN, 0 } };
+		struct pollfd pfd[3] = {
+			{sbx_proxy_fd(px->p), POLLIN, 0}, {ctl, POLLIN, 0}, {stats_fd, POLLIN, 0}};
 		if (poll(pfd, 3, 1000) < 0 && errno != EINTR)
 			_exit(1);
 		/* The host closed its end (session closed) or died. */
@@ -482,7 +483,7 @@ static int l_child_stats(lua_State *L)
 {
 	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
 	sbx_proxy_stats st;
-	struct pollfd pfd = { c->stats_fd, POLLIN, 0 };
+	struct pollfd pfd = {c->stats_fd, POLLIN, 0};
 
 	/* Drop a late answer to an earlier question, ask, wait a moment. */
 	while (c->stats_fd >= 0 && recv(c->stats_fd, &st, sizeof(st), MSG_DONTWAIT) > 0)
@@ -502,16 +503,16 @@ static int l_child_tostring(lua_State *L)
 }
 
 static const luaL_Reg proxy_methods[] = {
-	{ "add", l_proxy_add },     { "remove", l_proxy_remove }, { "fd", l_proxy_fd },
-	{ "step", l_proxy_step },   { "stats", l_proxy_stats },   { "close", l_proxy_close },
-	{ "decided", l_proxy_decided },
-	{ NULL, NULL },
+	{"add", l_proxy_add},	      {"remove", l_proxy_remove},
+	{"fd", l_proxy_fd},	      {"step", l_proxy_step},
+	{"stats", l_proxy_stats},     {"close", l_proxy_close},
+	{"decided", l_proxy_decided}, {NULL, NULL},
 };
 
 static const luaL_Reg child_methods[] = {
-	{ "close", l_child_close },
-	{ "stats", l_child_stats },
-	{ NULL, NULL },
+	{"close", l_child_close},
+	{"stats", l_child_stats},
+	{NULL, NULL},
 };
 
 void lsbx_proxy_register(lua_State *L)

@@ -32,9 +32,9 @@
 
 typedef struct lsbx_run {
 	sbx_run *r;
-	bool feeds_stdin;       /* the core writes stdin_data to a pipe in next() */
-	bool have_result;       /* result holds the final result */
-	sbx_run_result result;  /* kept so r:result() works after close */
+	bool feeds_stdin;      /* the core writes stdin_data to a pipe in next() */
+	bool have_result;      /* result holds the final result */
+	sbx_run_result result; /* kept so r:result() works after close */
 } lsbx_run;
 
 /*
@@ -61,7 +61,7 @@ static bool sigpipe_block(sigset_t *old)
 
 static void sigpipe_restore(const sigset_t *old, bool was_pending)
 {
-	static const struct timespec zero = { 0, 0 };
+	static const struct timespec zero = {0, 0};
 	sigset_t set, pending;
 
 	sigemptyset(&set);
@@ -74,8 +74,8 @@ static void sigpipe_restore(const sigset_t *old, bool was_pending)
 }
 
 static const char *const run_fields[] = {
-	"argv", "env", "cwd", "stdin", "stdout", "stderr", "stdin_data", "timeout_ms", "grace_ms",
-	"network_mode", NULL,
+	"argv",	      "env",	    "cwd",	"stdin",	"stdout", "stderr",
+	"stdin_data", "timeout_ms", "grace_ms", "network_mode", NULL,
 };
 
 static lsbx_run *check_run(lua_State *L, int idx)
@@ -107,7 +107,7 @@ int lsbx_session_run(lua_State *L)
 {
 	lsbx_session *sess = lsbx_check_session(L, 1);
 	sbx_run_opts o;
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	lsbx_run *ud;
 	size_t argc;
 
@@ -194,9 +194,9 @@ static void push_result(lua_State *L, const sbx_run_result *res)
 		lua_pushlstring(L, res->error, len);
 		lua_setfield(L, -2, "error");
 		/* The kind as a field: callers never parse it out of error. */
-		lua_pushstring(L, sbx_err_kind_name(res->error_kind == SBX_E_NONE
-							    ? SBX_E_EXECUTION
-							    : res->error_kind));
+		lua_pushstring(L,
+			       sbx_err_kind_name(res->error_kind == SBX_E_NONE ? SBX_E_EXECUTION
+									       : res->error_kind));
 		lua_setfield(L, -2, "error_kind");
 		size_t olen = strnlen(res->error_option, sizeof(res->error_option));
 		if (olen > 0 && olen < sizeof(res->error_option)) {
@@ -231,8 +231,8 @@ static int l_run_next(lua_State *L)
 	int timeout = (int)lsbx_arg_int(L, 2, "timeout_ms", -1, INT32_MAX, -1);
 	bool want_out = lsbx_arg_bool(L, 3, "want_stdout", true);
 	bool want_err = lsbx_arg_bool(L, 4, "want_stderr", true);
-	sbx_event ev = { 0 };
-	sbx_err err = { 0 };
+	sbx_event ev = {0};
+	sbx_err err = {0};
 	int rc;
 
 	if (!ud->r)
@@ -263,9 +263,10 @@ static int l_run_next(lua_State *L)
 		if (ud->have_result) {
 			push_result(L, &ud->result);
 		} else {
-			sbx_run_result res = { .term = SBX_TERM_ERROR, .returncode = -1 };
+			sbx_run_result res = {.term = SBX_TERM_ERROR, .returncode = -1};
 
-			snprintf(res.error, sizeof(res.error), "the core reported an exit without a result");
+			snprintf(res.error, sizeof(res.error),
+				 "the core reported an exit without a result");
 			push_result(L, &res);
 		}
 		return 2;
@@ -278,7 +279,7 @@ static int l_run_kill(lua_State *L)
 {
 	lsbx_run *ud = check_run(L, 1);
 	int signo = (int)lsbx_arg_int(L, 2, "signo", 1, SIGRTMAX, SIGKILL);
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 
 	if (!ud->r)
 		return lsbx_push_fail(L, SBX_E_INVALID_ARGUMENT, "the run is closed");
@@ -334,17 +335,14 @@ static int l_run_tostring(lua_State *L)
 
 	save_result(ud);
 	lua_pushfstring(L, "sbx.core.run(%s)",
-			ud->have_result ? term_name(ud->result.term) : (ud->r ? "running" : "closed"));
+			ud->have_result ? term_name(ud->result.term)
+					: (ud->r ? "running" : "closed"));
 	return 1;
 }
 
 static const luaL_Reg run_methods[] = {
-	{ "next", l_run_next },
-	{ "kill", l_run_kill },
-	{ "result", l_run_result },
-	{ "fds", l_run_fds },
-	{ "close", l_run_close },
-	{ NULL, NULL },
+	{"next", l_run_next}, {"kill", l_run_kill},   {"result", l_run_result},
+	{"fds", l_run_fds},   {"close", l_run_close}, {NULL, NULL},
 };
 
 void lsbx_run_register(lua_State *L)

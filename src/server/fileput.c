@@ -139,7 +139,7 @@ int sbx_srv_l_file_append(lua_State *L)
 	lua_Number off = lua_tonumber(L, 2); /* checked below, once fd is ours */
 	size_t len;
 	const char *data = lua_type(L, 3) == LUA_TSTRING ? lua_tolstring(L, 3, &len) : NULL;
-	sbx_err err = { 0 };
+	sbx_err err = {0};
 	uint64_t size;
 	int rc;
 

@@ -63,7 +63,7 @@
 #define SRV_PIPE_SZ (256 * 1024)
 #define SRV_DETACH_CAP (1024 * 1024) /* events kept for an absent client */
 #define SRV_KEEP_MS (300 * 1000)     /* an ended, unread detached run */
-#define SRV_KEEP_MAX 256             /* detached records at once */
+#define SRV_KEEP_MAX 256	     /* detached records at once */
 
 typedef struct sbx_srv_buf {
 	char *data;
@@ -94,7 +94,7 @@ typedef struct sbx_srv_run {
 	uint32_t *ev_len; /* lengths of the events in pending, oldest first */
 	size_t n_ev, cap_ev;
 	uint64_t dropped_events, dropped_bytes;
-	uint64_t ended_ms; /* when the run ended (0: still going) */
+	uint64_t ended_ms;		   /* when the run ended (0: still going) */
 	struct sbx_srv_run *knext, *kprev; /* all detached records */
 } sbx_srv_run;
 
@@ -325,8 +325,8 @@ static void emit_exit(sbx_srv_run *sr, const sbx_run_result *res)
 static void emit_error(sbx_srv_run *sr, const char *kind, const char *msg)
 {
 	const ev_field f[] = {
-		{"type", "error", 0},	      {"kind", kind, 0},	      {"message", msg, 0},
-		{"reason", msg, 0},	      {"backend", sr->backend, 0}, {"returncode", NULL, -1},
+		{"type", "error", 0}, {"kind", kind, 0},	   {"message", msg, 0},
+		{"reason", msg, 0},   {"backend", sr->backend, 0}, {"returncode", NULL, -1},
 	};
 	emit_fields(sr, f, 6);
 }
@@ -807,10 +807,11 @@ void sbx_srv_stream_attach(sbx_srv *S, h2o_req_t *req, const char *sid, const ch
 		    sbx_srv_ct_equal(k->run_id, strlen(k->run_id), run_id, strlen(run_id)))
 			sr = k;
 	if (!sr || sr->final_sent) {
-		sbx_srv_send_error(req, 404, "NotFound",
-				   "no detached run with that id in this session (or it was read to "
-				   "its end, or expired)",
-				   fmt);
+		sbx_srv_send_error(
+			req, 404, "NotFound",
+			"no detached run with that id in this session (or it was read to "
+			"its end, or expired)",
+			fmt);
 		return;
 	}
 	/* The events are kept encoded as the run was started; an Accept
@@ -822,11 +823,12 @@ void sbx_srv_stream_attach(sbx_srv *S, h2o_req_t *req, const char *sid, const ch
 		bool js = h2o_strstr(a.base, a.len, H2O_STRLIT("json")) != SIZE_MAX;
 		if ((mp && !js && sr->fmt != SRV_FMT_MSGPACK) ||
 		    (js && !mp && sr->fmt != SRV_FMT_JSON)) {
-			sbx_srv_send_error(req, 406, "NotAcceptable",
-					   sr->fmt == SRV_FMT_MSGPACK
-						   ? "this run streams application/msgpack (as it was started)"
-						   : "this run streams application/x-ndjson (as it was started)",
-					   fmt);
+			sbx_srv_send_error(
+				req, 406, "NotAcceptable",
+				sr->fmt == SRV_FMT_MSGPACK
+					? "this run streams application/msgpack (as it was started)"
+					: "this run streams application/x-ndjson (as it was started)",
+				fmt);
 			return;
 		}
 	}

@@ -60,7 +60,7 @@ static void *proxy_loop(void *arg)
 
 static int listen_on(uint16_t *port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 512) < 0 ||
@@ -74,8 +74,9 @@ static int listen_on(uint16_t *port)
 
 static int dial(uint16_t port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
 		perror("proxy_bench: connect");
@@ -186,7 +187,8 @@ static double setup_once(uint16_t proxy_port, uint16_t echo_port, bool via_proxy
 	int fd = dial(via_proxy ? proxy_port : echo_port);
 
 	if (via_proxy) {
-		int n = snprintf(req, sizeof(req), "CONNECT bench.test:%u HTTP/1.1\r\n\r\n", echo_port);
+		int n = snprintf(req, sizeof(req), "CONNECT bench.test:%u HTTP/1.1\r\n\r\n",
+				 echo_port);
 		if (send(fd, req, (size_t)n, 0) != n || !recv_n(fd, b, sizeof(ok) - 1) ||
 		    memcmp(b, ok, sizeof(ok) - 1) != 0) {
 			fprintf(stderr, "proxy_bench: CONNECT failed\n");
@@ -274,7 +276,7 @@ int main(int argc, char **argv)
 	}
 	if (n < 20)
 		n = 20;
-	sbx_proxy_cfg cfg = { .decide = decide };
+	sbx_proxy_cfg cfg = {.decide = decide};
 	sbx_proxy *p = sbx_proxy_new(&cfg, &err);
 	uint16_t pp;
 	if (!p || sbx_proxy_add_listener(p, listen_on(&pp), NULL, &err) < 0) {

@@ -85,7 +85,8 @@ static void http(const char *buf, size_t len)
 	if (!r.connect) {
 		if ((size_t)r.path_off + r.path_len > r.head_len)
 			abort();
-		if (r.has_host && (strcasecmp(r.host_hdr_host, r.host) || r.host_hdr_port != r.port))
+		if (r.has_host &&
+		    (strcasecmp(r.host_hdr_host, r.host) || r.host_hdr_port != r.port))
 			abort();
 		check_rewrite(buf, &r);
 	}

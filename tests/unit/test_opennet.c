@@ -391,8 +391,9 @@ static int group_setup(void **state)
 		return -1;
 	}
 	snprintf(g_script, sizeof(g_script), "%.*snet/fakenet.sh", (int)(unit - here), here);
-	if (geteuid() != 0 || run_cmd("ip netns add %s-probe >/dev/null 2>&1 && ip netns del %s-probe",
-				      g_name, g_name) < 0) {
+	if (geteuid() != 0 ||
+	    run_cmd("ip netns add %s-probe >/dev/null 2>&1 && ip netns del %s-probe", g_name,
+		    g_name) < 0) {
 		g_skip = true;
 		return 0;
 	}
@@ -454,12 +455,12 @@ static bool pid_gone(pid_t pid)
 	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
-#define SKIP_WITHOUT_NETNS()                                                          \
-	do {                                                                          \
-		if (g_skip) {                                                         \
+#define SKIP_WITHOUT_NETNS()                                                         \
+	do {                                                                         \
+		if (g_skip) {                                                        \
 			fprintf(stderr, "skipped: `ip netns` is impossible here\n"); \
-			skip();                                                       \
-		}                                                                     \
+			skip();                                                      \
+		}                                                                    \
 	} while (0)
 
 static int fd_count(void)
@@ -495,8 +496,10 @@ static void check_open(bool with_userns, const char *const *deny)
 	if (rc != 0)
 		fprintf(stderr, "sbx_opennet_start: %s\n", err.msg);
 	else
-		fprintf(stderr, "sbx_opennet_start (%s): %.1f ms\n", with_userns ? "userns" : "netns only",
-			(double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+		fprintf(stderr, "sbx_opennet_start (%s): %.1f ms\n",
+			with_userns ? "userns" : "netns only",
+			(double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+				(double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
 	assert_int_equal(rc, 0);
 	assert_true(on.pid > 0);
 
@@ -669,7 +672,8 @@ static int rootless_child(void)
 	int started = sbx_opennet_start(&on, sb.userns, sb.netns, g_deny, &err);
 	if (!tun_ok) {
 		/* This machine keeps /dev/net/tun root-only: the error must say so. */
-		fprintf(stderr, "rootless open mode unavailable here (checked the error): %s\n", err.msg);
+		fprintf(stderr, "rootless open mode unavailable here (checked the error): %s\n",
+			err.msg);
 		close(hold[1]);
 		waitpid(sb.holder, &st, 0);
 		return started == -1 && err.kind == SBX_E_BACKEND_UNAVAILABLE && on.pid == 0 &&
@@ -750,8 +754,8 @@ static void test_bad_deny(void **state)
 {
 	(void)state;
 	static const char *const bad[][2] = {{"10.0.0.0/33", NULL}, {"1.2.3.4/", NULL},
-					    {"fd00::/129", NULL},   {"1.2.3.256", NULL},
-					    {"::g", NULL},          {"1.2.3.4/-1", NULL}};
+					     {"fd00::/129", NULL},  {"1.2.3.256", NULL},
+					     {"::g", NULL},	    {"1.2.3.4/-1", NULL}};
 	int netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
 	assert_true(netns >= 0);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

@@ -72,7 +72,8 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 			v->allow = true;
 			strcpy(v->literal, "127.0.0.1x");
 		} else {
-			snprintf(v->reason, sizeof(v->reason), "%s is not on the allow-list", q->host);
+			snprintf(v->reason, sizeof(v->reason), "%s is not on the allow-list",
+				 q->host);
 		}
 	} else {
 		n_addrs++;
@@ -80,7 +81,8 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 		for (size_t i = 0; i < q->n_addrs && i < 4; i++)
 			snprintf(last_addrs[i], sizeof(last_addrs[i]), "%s", q->addrs[i]);
 		if (!strcmp(q->host, "deny-addrs.test"))
-			snprintf(v->reason, sizeof(v->reason), "%s is a denied address", q->addrs[0]);
+			snprintf(v->reason, sizeof(v->reason), "%s is a denied address",
+				 q->addrs[0]);
 		else
 			v->allow = true;
 	}
@@ -134,7 +136,7 @@ static void *px_loop(void *arg)
 		pthread_mutex_unlock(&x->mu);
 		if (rc < 0)
 			break;
-		struct pollfd pf = { .fd = sbx_proxy_fd(x->p), .events = POLLIN };
+		struct pollfd pf = {.fd = sbx_proxy_fd(x->p), .events = POLLIN};
 		poll(&pf, 1, 20); /* the epoll fd is readable when there is work */
 	}
 	return NULL;
@@ -142,7 +144,7 @@ static void *px_loop(void *arg)
 
 static int listen_on(uint16_t *port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
 
@@ -349,7 +351,7 @@ static void serve_http(int fd)
 	char b[65536];
 	size_t n = 0;
 	ssize_t r;
-	struct timeval tv = { .tv_usec = 300000 };
+	struct timeval tv = {.tv_usec = 300000};
 
 	while (n < sizeof(b) && (r = recv(fd, b + n, sizeof(b) - n, 0)) > 0) {
 		n += (size_t)r;
@@ -377,8 +379,10 @@ static void on_log(void *ud, const char *line);
 static int setup(void **state)
 {
 	(void)state;
-	sbx_proxy_cfg cfg = { .decide = decide, .log = on_log, .header_timeout_ms = 700,
-			      .connect_timeout_ms = 2000 };
+	sbx_proxy_cfg cfg = {.decide = decide,
+			     .log = on_log,
+			     .header_timeout_ms = 700,
+			     .connect_timeout_ms = 2000};
 	struct rlimit rl;
 	getrlimit(RLIMIT_NOFILE, &rl);
 	rl.rlim_cur = rl.rlim_max;
@@ -402,9 +406,10 @@ static int teardown(void **state)
 
 static int dial(uint16_t port)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	struct timeval tv = { .tv_sec = 5 };
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	struct timeval tv = {.tv_sec = 5};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(fd >= 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
@@ -421,8 +426,8 @@ static int do_connect(uint16_t proxy_port, const char *host, uint16_t port, char
 	size_t n = 0;
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
-	snprintf(req, sizeof(req), "CONNECT %s:%u HTTP/1.1\r\nHost: %s:%u\r\n\r\n", host, port, host,
-		 port);
+	snprintf(req, sizeof(req), "CONNECT %s:%u HTTP/1.1\r\nHost: %s:%u\r\n\r\n", host, port,
+		 host, port);
 	assert_true(send_all(fd, req, strlen(req)));
 	/* read exactly the 200's length first; anything else: read to EOF */
 	while (n < sizeof(ok) - 1) {
@@ -491,7 +496,7 @@ static void test_connect_64mib(void **state)
 		want = fnv(want, w, 1 << 16);
 		got = fnv(got, b, 1 << 16);
 	}
-	assert_true(got == want); /* server -> client */
+	assert_true(got == want);		  /* server -> client */
 	assert_int_equal(recv(a.fd, b, 1, 0), 0); /* then EOF */
 	close(a.fd);
 	after = px_stats(X);
@@ -532,7 +537,8 @@ static void test_backpressure(void **state)
 	sbx_proxy_stats s1 = px_stats(X);
 	assert_true(s1.bytes_down == s0.bytes_down); /* stalled, not buffering on */
 	if (cpu > 100)
-		fail_msg("the proxy spun while the client did not read: %.1f ms CPU in 500 ms", cpu);
+		fail_msg("the proxy spun while the client did not read: %.1f ms CPU in 500 ms",
+			 cpu);
 	assert_true(recv_all(fd, &h, 8));
 	assert_true(recv_all(fd, &total, 8));
 	assert_int_equal(total, 1);
@@ -563,8 +569,9 @@ static void test_refused_name(void **state)
 	pthread_mutex_lock(&dmu);
 	assert_int_equal(n_name, 1);
 	assert_int_equal(n_addrs, 0); /* never got as far as addresses */
-	assert_string_equal(last_log, "refused denied.test:443 (connect): denied.test is not on the "
-				      "allow-list");
+	assert_string_equal(last_log,
+			    "refused denied.test:443 (connect): denied.test is not on the "
+			    "allow-list");
 	pthread_mutex_unlock(&dmu);
 	assert_int_equal(px_lookups(X), lookups); /* and no resolver ran */
 	assert_int_equal(px_stats(X).refused - before.refused, 1);
@@ -576,7 +583,8 @@ static void test_refused_addrs(void **state)
 	(void)state;
 
 	reset_decider();
-	assert_int_equal(do_connect(X->port, "deny-addrs.test", ECHO->port, resp, sizeof(resp)), -1);
+	assert_int_equal(do_connect(X->port, "deny-addrs.test", ECHO->port, resp, sizeof(resp)),
+			 -1);
 	assert_non_null(strstr(resp, "403 Forbidden"));
 	assert_non_null(strstr(resp, "sbx proxy: 127.0.0.1 is a denied address\n"));
 	pthread_mutex_lock(&dmu);
@@ -594,7 +602,8 @@ static void test_decider_bugs(void **state)
 	assert_int_equal(do_connect(X->port, "nothing.test", ECHO->port, resp, sizeof(resp)), -1);
 	assert_non_null(strstr(resp, "403 Forbidden"));
 	assert_non_null(strstr(resp, "sbx proxy: decider gave nothing to dial\n"));
-	assert_int_equal(do_connect(X->port, "badliteral.test", ECHO->port, resp, sizeof(resp)), -1);
+	assert_int_equal(do_connect(X->port, "badliteral.test", ECHO->port, resp, sizeof(resp)),
+			 -1);
 	assert_non_null(strstr(resp, "403 Forbidden"));
 	assert_non_null(strstr(resp, "not an IP address"));
 }
@@ -643,15 +652,18 @@ static void test_absolute_get(void **state)
 	snprintf(req, sizeof(req),
 		 "GET http://allowed.test:%u/path?x=1 HTTP/1.1\r\nHost: allowed.test:%u\r\n"
 		 "Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic Zm9v\r\n"
-		 "User-Agent: t\r\n\r\n", HTTP->port, HTTP->port);
+		 "User-Agent: t\r\n\r\n",
+		 HTTP->port, HTTP->port);
 	int fd = dial(X->port);
 	assert_true(send_all(fd, req, strlen(req)));
 	recv_until_eof(fd, resp, sizeof(resp));
 	close(fd);
 	assert_string_equal(resp, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
 	usleep(400000);
-	snprintf(want, sizeof(want), "GET /path?x=1 HTTP/1.1\r\nHost: allowed.test:%u\r\n"
-		 "User-Agent: t\r\nConnection: close\r\n\r\n", HTTP->port);
+	snprintf(want, sizeof(want),
+		 "GET /path?x=1 HTTP/1.1\r\nHost: allowed.test:%u\r\n"
+		 "User-Agent: t\r\nConnection: close\r\n\r\n",
+		 HTTP->port);
 	pthread_mutex_lock(&hmu);
 	assert_int_equal(http_seen_len, strlen(want));
 	assert_memory_equal(http_seen, want, strlen(want));
@@ -664,8 +676,8 @@ static void test_host_mismatch(void **state)
 	(void)state;
 
 	reset_decider();
-	snprintf(req, sizeof(req), "GET http://allowed.test:%u/ HTTP/1.1\r\nHost: denied.test\r\n\r\n",
-		 HTTP->port);
+	snprintf(req, sizeof(req),
+		 "GET http://allowed.test:%u/ HTTP/1.1\r\nHost: denied.test\r\n\r\n", HTTP->port);
 	int fd = dial(X->port);
 	assert_true(send_all(fd, req, strlen(req)));
 	recv_until_eof(fd, resp, sizeof(resp));
@@ -692,7 +704,8 @@ static void test_pipelined(void **state)
 	close(fd);
 	assert_string_equal(resp, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello");
 	usleep(400000);
-	snprintf(want, sizeof(want), "POST /a HTTP/1.1\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
+	snprintf(want, sizeof(want),
+		 "POST /a HTTP/1.1\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc");
 	pthread_mutex_lock(&hmu);
 	assert_int_equal(http_seen_len, strlen(want)); /* not a byte of the second request */
 	assert_memory_equal(http_seen, want, strlen(want));
@@ -707,8 +720,9 @@ static void test_transfer_encoding(void **state)
 {
 	char resp[4096];
 	(void)state;
-	const char *req = "POST http://allowed.test:1/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-			  "0\r\n\r\n";
+	const char *req =
+		"POST http://allowed.test:1/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+		"0\r\n\r\n";
 	int fd = dial(X->port);
 	assert_true(send_all(fd, req, strlen(req)));
 	recv_until_eof(fd, resp, sizeof(resp));
@@ -719,7 +733,7 @@ static void test_transfer_encoding(void **state)
 
 static int socks_connect(uint16_t proxy_port, const char *host, uint16_t port, uint8_t *reply)
 {
-	uint8_t req[300] = { 5, 1, 0, 3 }, greet[3] = { 5, 1, 0 }, r[10];
+	uint8_t req[300] = {5, 1, 0, 3}, greet[3] = {5, 1, 0}, r[10];
 	size_t hl = strlen(host);
 	int fd = dial(proxy_port);
 
@@ -831,8 +845,9 @@ static void test_remove_tag(void **state)
 	assert_true(r == 0 || (r < 0 && errno == ECONNRESET));
 	close(fd);
 	/* the listener is gone */
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons(port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), -1);
 	close(fd);
@@ -969,7 +984,7 @@ static void test_head_too_large(void **state)
 
 static void test_idle_timeout(void **state)
 {
-	sbx_proxy_cfg cfg = { .decide = decide, .idle_timeout_ms = 300 };
+	sbx_proxy_cfg cfg = {.decide = decide, .idle_timeout_ms = 300};
 	struct px *y = px_start(&cfg, &tag_b);
 	char resp[512], b[4];
 	(void)state;
@@ -992,7 +1007,7 @@ static void test_idle_timeout(void **state)
 
 static void test_max_conns(void **state)
 {
-	sbx_proxy_cfg cfg = { .decide = decide, .max_conns = 2 };
+	sbx_proxy_cfg cfg = {.decide = decide, .max_conns = 2};
 	struct px *y = px_start(&cfg, &tag_b);
 	char b[1];
 	(void)state;

@@ -35,7 +35,8 @@ static void expect_error(const char *s, int status)
 static void test_connect(void **state)
 {
 	(void)state;
-	assert_int_equal(parse("CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\nextra"), SBX_PP_OK);
+	assert_int_equal(parse("CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\nextra"),
+			 SBX_PP_OK);
 	assert_true(R.connect);
 	assert_string_equal(R.host, "example.com");
 	assert_int_equal(R.port, 443);
@@ -49,7 +50,7 @@ static void test_connect(void **state)
 	assert_int_equal(parse("CONNECT 10.0.0.1:80 HTTP/1.1\r\n\r\n"), SBX_PP_OK);
 	assert_string_equal(R.host, "10.0.0.1");
 
-	expect_error("CONNECT example.com HTTP/1.1\r\n\r\n", 400);       /* no port */
+	expect_error("CONNECT example.com HTTP/1.1\r\n\r\n", 400); /* no port */
 	expect_error("CONNECT example.com:0 HTTP/1.1\r\n\r\n", 400);
 	expect_error("CONNECT example.com:65536 HTTP/1.1\r\n\r\n", 400);
 	expect_error("CONNECT example.com:44x HTTP/1.1\r\n\r\n", 400);
@@ -64,8 +65,9 @@ static void test_connect(void **state)
 static void test_absolute_form(void **state)
 {
 	(void)state;
-	const char *s = "GET http://Example.COM:8080/a/b?q=1#frag HTTP/1.1\r\nhost: example.com:8080\r\n"
-			"Content-Length: 5\r\n\r\n";
+	const char *s =
+		"GET http://Example.COM:8080/a/b?q=1#frag HTTP/1.1\r\nhost: example.com:8080\r\n"
+		"Content-Length: 5\r\n\r\n";
 	assert_int_equal(parse(s), SBX_PP_OK);
 	assert_false(R.connect);
 	assert_string_equal(R.host, "Example.COM");
@@ -78,7 +80,8 @@ static void test_absolute_form(void **state)
 	assert_int_equal(R.port, 80);
 	assert_int_equal(R.path_len, 0);
 	assert_int_equal(R.content_length, -1);
-	assert_int_equal(parse("GET http://[::1]:81/ HTTP/1.1\r\nHost: [::1]:81\r\n\r\n"), SBX_PP_OK);
+	assert_int_equal(parse("GET http://[::1]:81/ HTTP/1.1\r\nHost: [::1]:81\r\n\r\n"),
+			 SBX_PP_OK);
 	assert_string_equal(R.host, "::1");
 
 	expect_error("GET / HTTP/1.1\r\nHost: example.com\r\n\r\n", 400); /* origin-form */
@@ -102,16 +105,18 @@ static void test_bad_heads(void **state)
 	expect_error("GET  http://h/ HTTP/1.1\r\n\r\n", 400);
 	expect_error("G(T http://h/ HTTP/1.1\r\n\r\n", 400);
 	expect_error("\r\n\r\n", 400);
-	expect_error("GET http://h/ HTTP/1.1\nHost: h\n\n", 400);          /* bare LF */
-	expect_error("GET http://h/ HTTP/1.1\r\nA: b\rc: d\r\n\r\n", 400);  /* CR without LF */
+	expect_error("GET http://h/ HTTP/1.1\nHost: h\n\n", 400);	   /* bare LF */
+	expect_error("GET http://h/ HTTP/1.1\r\nA: b\rc: d\r\n\r\n", 400); /* CR without LF */
 	expect_error("GET http://h/ HTTP/1.1\rX", 400);
-	expect_error("GET http://h/ HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400);  /* folding */
+	expect_error("GET http://h/ HTTP/1.1\r\nA: b\r\n c\r\n\r\n", 400); /* folding */
 	expect_error("GET http://h/ HTTP/1.1\r\nA b: c\r\n\r\n", 400);
 	expect_error("GET http://h/ HTTP/1.1\r\nA : c\r\n\r\n", 400);
 	expect_error("GET http://h/ HTTP/1.1\r\n: c\r\n\r\n", 400);
 	expect_error("GET http://h/ HTTP/1.1\r\nA: \x01\r\n\r\n", 400);
-	expect_error("GET http://h/ HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n", 400); /* duplicate Host */
-	expect_error("GET http://h/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n", 400);
+	expect_error("GET http://h/ HTTP/1.1\r\nHost: h\r\nHost: h\r\n\r\n",
+		     400); /* duplicate Host */
+	expect_error("GET http://h/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+		     400);
 	expect_error("GET http://h/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400);
 	expect_error("GET http://h/ HTTP/1.1\r\nContent-Length: 1,1\r\n\r\n", 400);
 	expect_error("GET http://h/ HTTP/1.1\r\nContent-Length: 99999999999999999\r\n\r\n", 400);
@@ -165,10 +170,11 @@ static void test_incomplete_and_huge(void **state)
 static void test_rewrite(void **state)
 {
 	(void)state;
-	const char *s = "POST http://h:8080/x?y HTTP/1.1\r\nHost: h:8080\r\nProxy-Authorization: Basic x\r\n"
-			"Proxy-Connection: keep-alive\r\nConnection: keep-alive, X-Secret\r\n"
-			"X-Secret: 1\r\nKeep-Alive: 5\r\nUpgrade: h2c\r\nTE: trailers\r\n"
-			"Content-Length: 3\r\nAccept:  */* \r\n\r\n";
+	const char *s =
+		"POST http://h:8080/x?y HTTP/1.1\r\nHost: h:8080\r\nProxy-Authorization: Basic x\r\n"
+		"Proxy-Connection: keep-alive\r\nConnection: keep-alive, X-Secret\r\n"
+		"X-Secret: 1\r\nKeep-Alive: 5\r\nUpgrade: h2c\r\nTE: trailers\r\n"
+		"Content-Length: 3\r\nAccept:  */* \r\n\r\n";
 	char out[2 * SBX_PROXY_HEAD_MAX];
 	long n;
 
@@ -195,14 +201,17 @@ static void test_socks(void **state)
 
 	assert_int_equal(sbx_proxy_socks_greeting((const uint8_t *)"\x05", 1, &used, &noauth),
 			 SBX_PP_INCOMPLETE);
-	assert_int_equal(sbx_proxy_socks_greeting((const uint8_t *)"\x05\x02\x02", 3, &used, &noauth),
-			 SBX_PP_INCOMPLETE);
-	assert_int_equal(sbx_proxy_socks_greeting((const uint8_t *)"\x05\x02\x02\x00", 4, &used,
-						  &noauth), SBX_PP_OK);
+	assert_int_equal(
+		sbx_proxy_socks_greeting((const uint8_t *)"\x05\x02\x02", 3, &used, &noauth),
+		SBX_PP_INCOMPLETE);
+	assert_int_equal(
+		sbx_proxy_socks_greeting((const uint8_t *)"\x05\x02\x02\x00", 4, &used, &noauth),
+		SBX_PP_OK);
 	assert_true(noauth);
 	assert_int_equal(used, 4);
-	assert_int_equal(sbx_proxy_socks_greeting((const uint8_t *)"\x05\x01\x02", 3, &used, &noauth),
-			 SBX_PP_OK);
+	assert_int_equal(
+		sbx_proxy_socks_greeting((const uint8_t *)"\x05\x01\x02", 3, &used, &noauth),
+		SBX_PP_OK);
 	assert_false(noauth);
 	assert_int_equal(sbx_proxy_socks_greeting((const uint8_t *)"\x04\x01", 2, &used, &noauth),
 			 SBX_PP_ERROR);
@@ -211,21 +220,25 @@ static void test_socks(void **state)
 
 	/* IPv4 */
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x01\x7f\x00\x00\x01"
-								  "\x01\xbb", 10, &r), SBX_PP_OK);
+								  "\x01\xbb",
+						 10, &r),
+			 SBX_PP_OK);
 	assert_string_equal(r.host, "127.0.0.1");
 	assert_int_equal(r.port, 443);
 	assert_int_equal(r.used, 10);
 	/* domain */
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x08pypi.org"
-								  "\x00\x50", 4 + 1 + 8 + 1, &r),
+								  "\x00\x50",
+						 4 + 1 + 8 + 1, &r),
 			 SBX_PP_INCOMPLETE);
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x08pypi.org"
-								  "\x00\x50", 4 + 1 + 8 + 2, &r),
+								  "\x00\x50",
+						 4 + 1 + 8 + 2, &r),
 			 SBX_PP_OK);
 	assert_string_equal(r.host, "pypi.org");
 	assert_int_equal(r.port, 80);
 	/* IPv6 */
-	uint8_t v6[22] = { 5, 1, 0, 4 };
+	uint8_t v6[22] = {5, 1, 0, 4};
 	v6[4 + 15] = 1;
 	v6[21] = 22;
 	assert_int_equal(sbx_proxy_socks_request(v6, 22, &r), SBX_PP_OK);
@@ -234,38 +247,49 @@ static void test_socks(void **state)
 	assert_int_equal(sbx_proxy_socks_request(v6, 21, &r), SBX_PP_INCOMPLETE);
 	/* BIND, UDP ASSOCIATE: 0x07 */
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x02\x00\x01\x7f\x00\x00\x01"
-								  "\x01\xbb", 10, &r), SBX_PP_ERROR);
+								  "\x01\xbb",
+						 10, &r),
+			 SBX_PP_ERROR);
 	assert_int_equal(r.reply, 0x07);
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x03\x00\x01\x7f\x00\x00\x01"
-								  "\x01\xbb", 10, &r), SBX_PP_ERROR);
+								  "\x01\xbb",
+						 10, &r),
+			 SBX_PP_ERROR);
 	assert_int_equal(r.reply, 0x07);
 	/* bad ATYP: 0x08 */
-	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x02\x00\x00", 6, &r),
-			 SBX_PP_ERROR);
+	assert_int_equal(
+		sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x02\x00\x00", 6, &r),
+		SBX_PP_ERROR);
 	assert_int_equal(r.reply, 0x08);
 	/* NUL, empty name, blank in a name, port 0, bad version */
-	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x03" "a\0b\x00\x50",
-						 10, &r), SBX_PP_ERROR);
+	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x03"
+								  "a\0b\x00\x50",
+						 10, &r),
+			 SBX_PP_ERROR);
 	assert_int_equal(r.reply, 0x01);
-	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x00\x00\x50", 7,
-						 &r), SBX_PP_ERROR);
-	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x03" "a b\x00\x50",
-						 10, &r), SBX_PP_ERROR);
+	assert_int_equal(
+		sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x00\x00\x50", 7, &r),
+		SBX_PP_ERROR);
+	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x03\x03"
+								  "a b\x00\x50",
+						 10, &r),
+			 SBX_PP_ERROR);
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x05\x01\x00\x01\x7f\x00\x00\x01"
-								  "\x00\x00", 10, &r), SBX_PP_ERROR);
+								  "\x00\x00",
+						 10, &r),
+			 SBX_PP_ERROR);
 	assert_int_equal(sbx_proxy_socks_request((const uint8_t *)"\x04\x01\x00\x01\x7f\x00\x00\x01"
-								  "\x00\x50", 10, &r), SBX_PP_ERROR);
+								  "\x00\x50",
+						 10, &r),
+			 SBX_PP_ERROR);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_connect),
-		cmocka_unit_test(test_absolute_form),
-		cmocka_unit_test(test_bad_heads),
-		cmocka_unit_test(test_incomplete_and_huge),
-		cmocka_unit_test(test_rewrite),
-		cmocka_unit_test(test_socks),
+		cmocka_unit_test(test_connect),	  cmocka_unit_test(test_absolute_form),
+		cmocka_unit_test(test_bad_heads), cmocka_unit_test(test_incomplete_and_huge),
+		cmocka_unit_test(test_rewrite),	  cmocka_unit_test(test_socks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
