@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -122,8 +121,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	 * which then cannot signal, ptrace or prlimit it.  Otherwise there is
 	 * one id, the sandbox user's. */
 	uid_t zid = s->aux_uid ? 0 : SBX_SANDBOX_UID;
-	if (!s->privileged && ((setgroups(0, NULL) != 0 && errno != EPERM) ||
-			       setresgid(zid, zid, zid) != 0 || setresuid(zid, zid, zid) != 0)) {
+	if (!s->privileged && (sbx_sys_drop_groups() != 0 || sbx_sys_set_ids(zid, zid) != 0)) {
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
 			    (unsigned)zid, strerror(errno));
 	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&

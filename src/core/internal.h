@@ -273,6 +273,13 @@ void sbx_close_fds_except(const int *keep, size_t n);
 #define SBX_SIG_MARK 0x73627873 /* "sbxs" */
 int sbx_sys_pidfd_send_signal(int pidfd, int sig);
 pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out);
+/* Ids for a child of sbx_sys_clone3_fork (or anything it forks): the raw,
+ * per-thread syscalls, never glibc's process-wide wrappers, which wait
+ * for the host's other threads and hang in such a child (sys.c).
+ * drop_groups: setgroups(0) (EPERM, a denied setgroups, is nothing to
+ * drop); set_ids: setresgid, then setresuid.  0, or -1 with errno. */
+int sbx_sys_drop_groups(void);
+int sbx_sys_set_ids(uid_t uid, gid_t gid);
 /* After a fork or clone failed: at a full pids ceiling (EAGAIN, which lasts
  * while another run of the session holds every pid, or one that did is
  * still being reaped) sleep 10 ms and return true, up to 2 s in all counted

@@ -10,7 +10,6 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <grp.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -58,16 +57,13 @@ static int set_rlimits(const struct sbx_zygote_cfg *cfg)
  * unprivileged; then there is nothing to drop). */
 static int drop_groups(void)
 {
-	return setgroups(0, NULL) != 0 && errno != EPERM ? -1 : 0;
+	return sbx_sys_drop_groups();
 }
 
 /* Every id the run's (the uid may already be it: make them all so). */
 static int set_ids(const struct sbx_zygote_cfg *cfg)
 {
-	if (setresgid(cfg->gid, cfg->gid, cfg->gid) != 0 ||
-	    setresuid(cfg->uid, cfg->uid, cfg->uid) != 0)
-		return -1;
-	return 0;
+	return sbx_sys_set_ids(cfg->uid, cfg->gid);
 }
 
 static int no_new_privs(void)

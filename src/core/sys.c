@@ -66,6 +66,33 @@ pid_t sbx_sys_clone3_fork(uint64_t flags, int *pidfd_out)
 	return pid;
 }
 
+/*
+ * A clone3 child of a multi-threaded host (sbxd, or any caller once a
+ * memory-limited session's placer thread runs) is one thread, but glibc
+ * in it still lists the host's threads: the raw clone runs none of
+ * fork()'s bookkeeping.  glibc's setresuid, setresgid and setgroups
+ * change the ids of every listed thread, and first wait for any thread
+ * created but not started yet (its setxid_futex is -1 until it runs).
+ * Cloned in that window (an open right after another session's
+ * pthread_create, under load) the child waits forever for a thread that
+ * is not in it: the zygote never got ready.  The child is truly one
+ * thread, so the per-thread syscalls are exactly what it needs.
+ */
+int sbx_sys_drop_groups(void)
+{
+	if (syscall(SYS_setgroups, 0, NULL) != 0 && errno != EPERM)
+		return -1;
+	return 0;
+}
+
+int sbx_sys_set_ids(uid_t uid, gid_t gid)
+{
+	if (syscall(SYS_setresgid, gid, gid, gid) != 0 ||
+	    syscall(SYS_setresuid, uid, uid, uid) != 0)
+		return -1;
+	return 0;
+}
+
 static int cmp_int(const void *a, const void *b)
 {
 	int x = *(const int *)a, y = *(const int *)b;
