@@ -352,15 +352,18 @@ static int make_timer(uint32_t ms)
 	return fd;
 }
 
-/* Backends none/bubblewrap: SIGKILL every descendant of ours, found in
- * /proc by parent pid (orphans of the run are ours: we are their
- * subreaper), until a pass finds none left alive; at most a few passes. */
-static void kill_descendants(void)
+/* Backends none/bubblewrap: signal every descendant of ours at least
+ * min_depth generations down (1: our children), found in /proc by parent
+ * pid (orphans of the run are ours: we are their subreaper).  SIGKILL goes
+ * pass after pass until a pass finds none left alive (at most a few);
+ * other signals once.  False when there was none to signal. */
+static bool signal_descendants(int sig, int min_depth)
 {
 	static pid_t pid[4096], ppid[4096];
+	static unsigned char depth[4096];
 	pid_t me = getpid();
 
-	for (int pass = 0; pass < 8; pass++) {
+	for (int pass = 0; pass < (sig == SIGKILL ? 8 : 1); pass++) {
 		DIR *d = opendir("/proc");
 		size_t n = 0;
 		struct dirent *e;
@@ -384,33 +387,41 @@ static void kill_descendants(void)
 		}
 		if (d)
 			closedir(d);
-		/* Descendants: grow the set from us until it stops growing. */
-		static char mine[4096];
-		memset(mine, 0, n);
+		/* Descendants, a generation at a time, until none is added. */
+		memset(depth, 0, n);
 		bool grew = true, any = false;
-		while (grew) {
+		for (int gen = 1; grew && gen < 255; gen++) {
 			grew = false;
 			for (size_t i = 0; i < n; i++) {
-				if (mine[i])
+				if (depth[i])
 					continue;
-				bool child = ppid[i] == me;
+				bool child = ppid[i] == me && gen == 1;
 				for (size_t j = 0; !child && j < n; j++)
-					child = mine[j] && ppid[i] == pid[j];
-				if (child)
-					mine[i] = grew = any = true;
+					child = depth[j] == gen - 1 && gen > 1 && ppid[i] == pid[j];
+				if (child) {
+					depth[i] = (unsigned char)gen;
+					grew = true;
+					any = any || gen >= min_depth;
+				}
 			}
 		}
 		if (!any)
-			return;
+			return pass > 0;
 		for (size_t i = 0; i < n; i++)
-			if (mine[i])
-				kill(pid[i], SIGKILL);
+			if (depth[i] >= min_depth)
+				kill(pid[i], sig);
 	}
+	return true;
 }
 
 /* Signal everything of the run: with a PID namespace of its own that is
  * every process init can see; backend "none" has none, so the workload's
- * process group (it called setsid), and for SIGKILL every descendant. */
+ * process group (it called setsid), and for SIGKILL every descendant.
+ * bubblewrap: bwrap (our child) and its PID 1 in the run's namespace (its
+ * child) would die of a SIGTERM the command ignores and take the command
+ * with them, so a signal other than SIGKILL goes to the command's
+ * processes only (two generations down), as on the native backends; one
+ * that comes before the command exists ends the run as it would have. */
 static void kill_run(const struct sbx_zygote_cfg *cfg, pid_t child, int sig)
 {
 	if (sig == SBX_SIG_KILL_RUN)
@@ -419,9 +430,11 @@ static void kill_run(const struct sbx_zygote_cfg *cfg, pid_t child, int sig)
 		kill(-1, sig);
 		return;
 	}
+	if (cfg->bwrap_argv && sig != SIGKILL && signal_descendants(sig, 3))
+		return;
 	kill(-child, sig);
 	if (sig == SIGKILL)
-		kill_descendants();
+		signal_descendants(SIGKILL, 1);
 }
 
 /* Reap what exited; true when child was among them (its status in *st). */
