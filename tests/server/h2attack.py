@@ -49,26 +49,9 @@ def now():
     return time.monotonic() - T0
 
 
-def frame(ftype, flags, sid, payload=b""):
-    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", sid) + payload
-
-
-def hpack_int(value, prefix_bits, first=0):
-    maxv = (1 << prefix_bits) - 1
-    if value < maxv:
-        return bytes([first | value])
-    out = [first | maxv]
-    value -= maxv
-    while value >= 128:
-        out.append((value & 127) | 128)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def hpack_str(s):
-    b = s.encode() if isinstance(s, str) else s
-    return hpack_int(len(b), 7) + b
+# The wire helpers are h2abuse.py's (beside this file, on sys.path as the
+# script's directory): one frame and HPACK integer encoder for both tools.
+from h2abuse import frame, hpack_int, hpack_str  # noqa: E402
 
 
 def literal(name, value, first=0x00):
