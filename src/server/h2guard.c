@@ -370,9 +370,8 @@ static int on_settings(sbx_h2g *g, const uint8_t *frame, uint32_t len, uint8_t f
 	return SBX_H2G_OK;
 }
 
-static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
+static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t now)
 {
-	uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
 	uint8_t type = f[3], flags = f[4];
 	uint32_t id = ((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8 | f[8]) &
 		      0x7fffffffu;
@@ -449,6 +448,60 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint64_t now)
 	return SBX_H2G_OK;
 }
 
+/*
+ * One direction's bytes, frame by frame: a frame that lies whole in p is
+ * handed to on_frame where it lies (no copy); the rest is assembled in
+ * part, which never holds more than one partial frame.  A frame longer
+ * than max (or one that cannot be held) fails the connection with
+ * PROTOCOL_ERROR and reason.
+ */
+typedef int (*frame_fn)(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t now);
+
+static int feed_frames(sbx_h2g *g, sbx_h2g_buf *part, const uint8_t *p, size_t n, uint32_t max,
+		       sbx_h2g_reason reason, frame_fn on_frame, uint64_t now)
+{
+	while (n > 0) {
+		size_t have = h2g_avail(part);
+		if (have == 0 && n >= 9) {
+			uint32_t len = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+			if (len > max)
+				return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, reason);
+			if (n >= 9 + (size_t)len) {
+				if (on_frame(g, p, len, now) != SBX_H2G_OK)
+					return SBX_H2G_CLOSE;
+				p += 9 + (size_t)len;
+				n -= 9 + (size_t)len;
+				continue;
+			}
+		}
+		if (have < 9) {
+			size_t k = 9 - have < n ? 9 - have : n;
+			sbx_h2g_buf_put(part, p, k);
+			p += k;
+			n -= k;
+			if (h2g_avail(part) < 9)
+				break;
+		}
+		const uint8_t *f = part->data + part->off;
+		uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
+		if (len > max)
+			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, reason);
+		size_t need = 9 + len - h2g_avail(part);
+		size_t k = need < n ? need : n;
+		if (sbx_h2g_buf_put(part, p, k) != 0)
+			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, reason);
+		p += k;
+		n -= k;
+		if (k < need)
+			break;
+		int rv = on_frame(g, part->data + part->off, len, now);
+		sbx_h2g_buf_consume(part, 9 + len);
+		if (rv != SBX_H2G_OK)
+			return SBX_H2G_CLOSE;
+	}
+	return SBX_H2G_OK;
+}
+
 int sbx_h2g_from_client(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
 {
 	if (g->closed)
@@ -463,50 +516,8 @@ int sbx_h2g_from_client(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
 		if (++g->preface_got == PREFACE_LEN)
 			sbx_h2g_buf_put(&g->to_h2o, PREFACE, PREFACE_LEN);
 	}
-	while (n > 0) {
-		size_t have = h2g_avail(&g->cin);
-		const uint8_t *f;
-		size_t need;
-		if (have == 0 && n >= 9) {
-			/* a whole frame in the input: checked where it lies */
-			uint32_t len = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
-			if (len > FRAME_MAX)
-				return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-			if (n >= 9 + (size_t)len) {
-				if (on_client_frame(g, p, now_ms) != SBX_H2G_OK)
-					return SBX_H2G_CLOSE;
-				p += 9 + (size_t)len;
-				n -= 9 + (size_t)len;
-				continue;
-			}
-		}
-		if (have < 9) {
-			size_t k = 9 - have < n ? 9 - have : n;
-			sbx_h2g_buf_put(&g->cin, p, k);
-			p += k;
-			n -= k;
-			if (h2g_avail(&g->cin) < 9)
-				break;
-		}
-		f = g->cin.data + g->cin.off;
-		uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
-		if (len > FRAME_MAX)
-			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-		need = 9 + len - h2g_avail(&g->cin);
-		size_t k = need < n ? need : n;
-		if (sbx_h2g_buf_put(&g->cin, p, k) != 0)
-			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_SERVER);
-		p += k;
-		n -= k;
-		if (k < need)
-			break;
-		f = g->cin.data + g->cin.off;
-		int rv = on_client_frame(g, f, now_ms);
-		sbx_h2g_buf_consume(&g->cin, 9 + len);
-		if (rv != SBX_H2G_OK)
-			return SBX_H2G_CLOSE;
-	}
-	return SBX_H2G_OK;
+	return feed_frames(g, &g->cin, p, n, FRAME_MAX, SBX_H2G_R_PROTOCOL, on_client_frame,
+			   now_ms);
 }
 
 /* ---- h2o -> client ---- */
@@ -611,47 +622,8 @@ int sbx_h2g_from_server(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
 {
 	if (g->closed)
 		return SBX_H2G_CLOSE;
-	while (n > 0) {
-		size_t have = h2g_avail(&g->sin);
-		if (have == 0 && n >= 9) {
-			/* a whole frame in the input: relayed without assembling */
-			uint32_t len = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
-			if (len > SERVER_FRAME_MAX)
-				return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
-			if (n >= 9 + (size_t)len) {
-				if (on_server_frame(g, p, len, now_ms) != SBX_H2G_OK)
-					return SBX_H2G_CLOSE;
-				p += 9 + (size_t)len;
-				n -= 9 + (size_t)len;
-				continue;
-			}
-		}
-		if (have < 9) {
-			size_t k = 9 - have < n ? 9 - have : n;
-			sbx_h2g_buf_put(&g->sin, p, k);
-			p += k;
-			n -= k;
-			if (h2g_avail(&g->sin) < 9)
-				break;
-		}
-		const uint8_t *f = g->sin.data + g->sin.off;
-		uint32_t len = (uint32_t)f[0] << 16 | (uint32_t)f[1] << 8 | f[2];
-		if (len > SERVER_FRAME_MAX)
-			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
-		size_t need = 9 + len - h2g_avail(&g->sin);
-		size_t k = need < n ? need : n;
-		if (sbx_h2g_buf_put(&g->sin, p, k) != 0)
-			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
-		p += k;
-		n -= k;
-		if (k < need)
-			break;
-		int rv = on_server_frame(g, g->sin.data + g->sin.off, len, now_ms);
-		sbx_h2g_buf_consume(&g->sin, 9 + len);
-		if (rv != SBX_H2G_OK)
-			return SBX_H2G_CLOSE;
-	}
-	return SBX_H2G_OK;
+	return feed_frames(g, &g->sin, p, n, SERVER_FRAME_MAX, SBX_H2G_R_SERVER, on_server_frame,
+			   now_ms);
 }
 
 int sbx_h2g_preface_match(const uint8_t *p, size_t n)
