@@ -14,7 +14,7 @@ describe_srv("sbxd HTTP/2 API", function()
   local srv, sid, ref
 
   setup(function()
-    srv = assert(H.start { args = { "--max-body", "65536" } })
+    srv = assert(H.start { args = { "--max-body", "65536" }, small_quarantine = true }) -- RSS bounds below
   end)
   teardown(function()
     if srv then srv:cleanup() end
