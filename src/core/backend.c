@@ -1,21 +1,55 @@
 /*
  * backend.c: the backends this core provides, named once.  Each entry says
- * what kind of backend it is and points at the file that holds what
- * differs: its availability check and how the session's processes start
- * (backend_zygote.c, backend_none.c, backend_bubblewrap.c).  How a run
- * starts follows from the kind (the zygote's warm inits, or inits the host
- * forks: backend_none.c); the workload's privilege drop is privdrop.c's
- * step list of the kind.
+ * what kind of backend it is and points at the functions that differ: its
+ * availability check, whose ids its sessions have (backend_ids.c), how the
+ * session's processes start and how a run gets its warm init
+ * (backend_zygote.c and session.c's pool, backend_none.c,
+ * backend_bubblewrap.c).  The workload's privilege drop is privdrop.c's
+ * step list of the kind.  A new backend is one file and one entry here.
  */
 #include <string.h>
 
 #include "session_impl.h"
 
 static const struct sbx_backend backends[] = {
-	{"userns", false, false, false, NULL, sbx_zygote_backend_start},
-	{"privileged", true, false, false, sbx_privileged_check, sbx_zygote_backend_start},
-	{"none", false, true, false, NULL, sbx_none_backend_start},
-	{"bubblewrap", false, true, true, sbx_bwrap_check, sbx_bwrap_backend_start},
+	{
+		.name = "userns",
+		.own_root = true,
+		.ids = sbx_ids_mapped,
+		.start = sbx_zygote_backend_start,
+		.take = sbx_pool_take,
+		.alive = sbx_zygote_alive,
+	},
+	{
+		.name = "privileged",
+		.privileged = true,
+		.own_root = true,
+		.check = sbx_privileged_check,
+		.ids = sbx_ids_privileged,
+		.ids_own = sbx_ids_privileged_own,
+		.start = sbx_zygote_backend_start,
+		.take = sbx_pool_take,
+		.alive = sbx_zygote_alive,
+	},
+	{
+		.name = "none",
+		.none = true,
+		.ids = sbx_ids_self,
+		.start = sbx_none_backend_start,
+		.take = sbx_none_take,
+		.alive = sbx_none_alive,
+	},
+	{
+		.name = "bubblewrap",
+		.none = true,
+		.bwrap = true,
+		.own_root = true,
+		.check = sbx_bwrap_check,
+		.ids = sbx_ids_mapped,
+		.start = sbx_bwrap_backend_start,
+		.take = sbx_none_take,
+		.alive = sbx_none_alive,
+	},
 };
 
 const struct sbx_backend *sbx_backend_find(const char *name)

@@ -42,11 +42,18 @@ void sbx_none_reap(sbx_session *s, bool wait_all)
 	s->n_direct = k;
 }
 
-/* Backend "none": the host forks the run's init itself, on demand. */
-int sbx_none_take(sbx_session *s, int *sock, int *pidfd, sbx_err *err)
+/* Backend "none": the host forks the run's init itself, on demand (the
+ * mode is always blocked; rc stays empty: the run cgroup comes later). */
+int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+		  sbx_err *err)
 {
 	int sp[2], own = -1;
 
+	(void)mode;
+	(void)rc;
+	if (sbx_none_expired(s))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
+				   "the session's lifetime has passed");
 	sbx_none_reap(s, false);
 	if (s->n_direct >= MAX_DIRECT)
 		return sbx_err_set(err, SBX_E_EXECUTION, EAGAIN,
@@ -117,6 +124,11 @@ bool sbx_none_expired(sbx_session *s)
 		return false;
 	sbx_none_reap(s, true);
 	return true;
+}
+
+bool sbx_none_alive(sbx_session *s)
+{
+	return !sbx_none_expired(s);
 }
 
 /* backend "none": no zygote; each run's init is forked by the host. */

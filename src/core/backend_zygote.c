@@ -20,6 +20,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "session_impl.h"
@@ -162,8 +163,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
-	cfg.uid = s->privileged ? s->host_uid : SBX_SANDBOX_UID;
-	cfg.gid = s->privileged ? s->host_gid : SBX_SANDBOX_GID;
+	cfg.uid = s->inside_uid;
+	cfg.gid = s->inside_gid;
 	cfg.nofile = sbx_session_run_nofile(o);
 	cfg.fsize = o->fsize_bytes;
 	/* Become sbx-zygote (zygote_exec.c), which says ready and serves. */
@@ -318,4 +319,17 @@ int sbx_privileged_check(const sbx_session_opts *o, sbx_err *err)
 			"needs root (CAP_SYS_ADMIN, CAP_SETUID); run sbxd as root or use "
 			"backend \"userns\"");
 	return 0;
+}
+
+bool sbx_zygote_alive(sbx_session *s)
+{
+	if (s->zygote <= 0)
+		return false;
+	int st;
+	pid_t p = waitpid(s->zygote, &st, WNOHANG);
+	if (p == s->zygote) {
+		s->zygote = -1;
+		return false;
+	}
+	return p == 0;
 }

@@ -195,11 +195,12 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "network_mode %s is wider than the session's %s",
 				   sbx_net_name(mode), sbx_net_name(s->net));
-	if (s->none && sbx_none_expired(s))
-		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
-				   "the session's lifetime has passed");
-	if (s->none)
-		return sbx_none_take(s, sock, pidfd, err);
+	return s->be->take(s, mode, sock, pidfd, rc, err);
+}
+
+int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+		  sbx_err *err)
+{
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
 	if (s->pending)
@@ -362,17 +363,7 @@ int sbx_protect_from_oom(sbx_err *err)
 
 bool sbx_session_alive(sbx_session *s)
 {
-	if (s && s->none)
-		return !sbx_none_expired(s);
-	if (!s || s->zygote <= 0)
-		return false;
-	int st;
-	pid_t p = waitpid(s->zygote, &st, WNOHANG);
-	if (p == s->zygote) {
-		s->zygote = -1;
-		return false;
-	}
-	return p == 0;
+	return s && s->be->alive(s);
 }
 
 static bool have_cap(cap_value_t cap)
@@ -482,20 +473,6 @@ static int make_cgroup(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	return sbx_cgroup_create(&s->cg, o->cgroup_root, s->id, &lim, err);
 }
 
-/* userns as root: the host ids of inside root (sbx-init) and nobody; they
- * must be unprivileged and not the sandbox user's, or the workload would
- * be init's user again. */
-static int set_aux_uid(sbx_session *s, uid_t aux, sbx_err *err)
-{
-	if (aux == 0 || aux > UINT32_MAX - 2 || s->host_uid == aux || s->host_uid == aux + 1)
-		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
-				   "aux_uid %u: must be an unprivileged host id whose next id is "
-				   "free too, and neither may be the sandbox's host uid %u",
-				   (unsigned)aux, (unsigned)s->host_uid);
-	s->aux_uid = aux;
-	return 0;
-}
-
 /* A NULL-terminated copy of a string list (NULL for NULL); false when out of memory. */
 static bool strv_dup(const char *const *v, char ***out)
 {
@@ -561,37 +538,14 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 		free(s);
 		return NULL;
 	}
-	if (s->none && !s->bwrap) {
-		s->host_uid = geteuid();
-		s->host_gid = getegid();
-	} else if (geteuid() == 0) {
-		s->host_uid = o->host_uid ? o->host_uid : SBX_DEFAULT_HOST_UID;
-		s->host_gid = (gid_t)s->host_uid;
-		if (!s->privileged && (!s->none || s->bwrap) &&
-		    set_aux_uid(s, o->aux_uid ? o->aux_uid : SBX_DEFAULT_AUX_UID, err) < 0) {
-			free(s);
-			return NULL;
-		}
-	} else {
-		s->host_uid = geteuid();
-		s->host_gid = getegid();
+	/* The backend's ids, before its dir is made: the dir is given to them. */
+	if (s->be->ids(s, o, err) < 0) {
+		free(s);
+		return NULL;
 	}
-	if (sbx_statedir_prepare(s, o, err) < 0)
+	if (sbx_statedir_prepare(s, o, err) < 0 ||
+	    (s->be->ids_own && s->be->ids_own(s, o, err) < 0))
 		goto fail;
-	if (s->privileged) {
-		/* A uid of its own per session (from the id's random bits),
-		 * unless the caller chose one: sessions cannot signal or
-		 * ptrace each other even where they share something. */
-		unsigned v = (unsigned)strtoul((char[]){s->id[0], s->id[1], s->id[2], s->id[3], 0},
-					       NULL, 16);
-		s->host_uid = o->run_uid ? o->run_uid : PRIV_UID_BASE + v % PRIV_UID_SPAN;
-		s->host_gid = (gid_t)s->host_uid;
-		if (chown(s->work_dir, s->host_uid, s->host_gid) != 0) {
-			sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s: %s", s->work_dir,
-				    strerror(errno));
-			goto fail;
-		}
-	}
 	if (o->disk_bytes && mount_disk(s, o->disk_bytes, err) < 0)
 		goto fail;
 	if (o->gpus) {
@@ -603,10 +557,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 			goto fail;
 	}
 	/* The root every run sees (backend none has none of its own). */
-	if ((!s->none || s->bwrap) &&
-	    sbx_rootfs_describe(&s->fs, o, s->work_dir, &s->gpu,
-				s->privileged ? s->host_uid : SBX_SANDBOX_UID,
-				s->privileged ? s->host_gid : SBX_SANDBOX_GID, err) < 0)
+	if (s->be->own_root && sbx_rootfs_describe(&s->fs, o, s->work_dir, &s->gpu, s->inside_uid,
+						   s->inside_gid, err) < 0)
 		goto fail;
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;

@@ -3,7 +3,7 @@
  * up a session: session.c (lifecycle, warm pool), statedir.c (its dir under
  * the state dir), backend_zygote.c (userns, privileged: the zygote's start),
  * backend_none.c and backend_bubblewrap.c (the backends whose runs the host
- * starts itself).  Nothing outside src/core sees it.
+ * starts itself), backend_ids.c (whose ids each backend's sessions have).  Nothing outside src/core sees it.
  */
 #ifndef SBX_SESSION_IMPL_H
 #define SBX_SESSION_IMPL_H
@@ -31,6 +31,8 @@ struct sbx_session {
 	int lock_fd; /* flock'd while the session lives */
 	uid_t host_uid;
 	gid_t host_gid;
+	uid_t inside_uid; /* the workload's ids in its own root (owner of its files) */
+	gid_t inside_gid;
 	uid_t aux_uid; /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
 	bool pinned;
 	char id[33];
@@ -87,21 +89,45 @@ struct sbx_backend {
 	bool privileged; /* namespaces without a user namespace (root) */
 	bool none;	 /* no zygote: the host forks each run's init (backend_none.c) */
 	bool bwrap;	 /* each run is one bwrap (backend_bubblewrap*.c) */
+	bool own_root;	 /* runs see a root of their own (rootfs.c's description) */
 	/* Whether it can work here (NULL: always): 0, or -1 with err saying
 	 * what is missing. */
 	int (*check)(const sbx_session_opts *o, sbx_err *err);
+	/* The session's host ids (host_uid/gid, aux_uid) and inside ids,
+	 * chosen before its dir is made (the dir is given to the host ids):
+	 * 0, or -1 with err (backend_ids.c). */
+	int (*ids)(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+	/* Once the session's id and dir exist (NULL: nothing to do): 0, or
+	 * -1 with err. */
+	int (*ids_own)(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 	/* Start the session's processes, once its dir, root description,
 	 * cgroup and filter are made; it may take *prog (then sets it NULL).
 	 * 0: ready; 1: setting up (sbx_session_finish waits); -1 with err
 	 * (the caller closes the session). */
 	int (*start)(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
 		     sbx_err *err);
+	/* A warm init for a run of mode (no wider than the session's): 0 with
+	 * *sock, *pidfd and (with a memory ceiling) *rc, or -1 with err. */
+	int (*take)(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+		    sbx_err *err);
+	/* Whether the session can still run (false once it ended). */
+	bool (*alive)(sbx_session *s);
 };
 /* The backend of that name, or NULL. */
 const struct sbx_backend *sbx_backend_find(const char *name);
 
 /* RLIMIT_NOFILE of every run (session.c). */
 uint64_t sbx_session_run_nofile(const sbx_session_opts *o);
+/* session.c: the zygote's warm-init pool (userns, privileged): a given-back
+ * idle init, a set-aside offer or the zygote's next offer. */
+int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+		  sbx_err *err);
+
+/* backend_ids.c: the ids of each backend's sessions (see there). */
+int sbx_ids_self(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+int sbx_ids_mapped(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+int sbx_ids_privileged(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+int sbx_ids_privileged_own(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 
 /* statedir.c: the session's id, its dir below the state dir (or the pinned
  * work dir), swept of dead sessions' leftovers first; 0 or -1 with err. */
@@ -118,12 +144,17 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 			     sbx_err *err);
 int sbx_privileged_check(const sbx_session_opts *o, sbx_err *err);
 int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err);
+/* Whether the zygote still runs (reaps it when it ended). */
+bool sbx_zygote_alive(sbx_session *s);
 
 /* backend_none.c: runs whose init the host forks itself (none, bubblewrap). */
 int sbx_none_start(sbx_session *s, const sbx_session_opts *o);
 int sbx_none_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
 			   sbx_err *err);
-int sbx_none_take(sbx_session *s, int *sock, int *pidfd, sbx_err *err);
+/* take forks the run's init; alive is false once the lifetime passed. */
+int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
+		  sbx_err *err);
+bool sbx_none_alive(sbx_session *s);
 void sbx_none_reap(sbx_session *s, bool wait_all);
 bool sbx_none_expired(sbx_session *s);
 
