@@ -76,93 +76,88 @@ describe("kernel surface: the host control", function()
 end)
 
 -- The spec's subject, per backend.
-for _, backend in ipairs { "userns", "privileged", "bubblewrap" } do
-  describe(backend .. " backend: kernel surface", function()
-    local s, why, res, out
+H.each_backend({ "userns", "privileged", "bubblewrap" }, "kernel surface", function(_, need, session)
+  local res, out
 
-    setup(function()
-      local ok, v = pcall(H.session, { backend = backend })
-      if ok then s = v else why = type(v) == "table" and v.message or tostring(v) end
-      if s then
-        local r = s:exec(H.install(s, "surface") .. " " .. PORT)
-        assert.are.equal(0, r.returncode, H.show(r))
-        res, out = H.results(r.stdout), r.stdout
-      end
-    end)
-    teardown(function()
-      if s then s:close() end
-    end)
-    local function need()
-      if not s then pending(backend .. " is not available here: " .. tostring(why)) end
-      return s ~= nil
+  setup(function()
+    local s = session()
+    if s then
+      local r = s:exec(H.install(s, "surface") .. " " .. PORT)
+      assert.are.equal(0, r.returncode, H.show(r))
+      res, out = H.results(r.stdout), r.stdout
     end
-
-    it("refuses syscalls newer than libseccomp 2.5.4"
-      .. " (statmount, listmount, mseal, open_tree_attr) with ENOSYS", function()
-      if not need() then return end
-      for _, n in ipairs { "nr457_statmount", "nr458_listmount", "nr462_mseal", "nr467_open_tree_attr" } do
-        if host.res[n] == "ENOSYS" then
-          pending(n .. ": this kernel lacks it, so ENOSYS proves nothing")
-        else
-          assert.are.equal("ENOSYS", res[n], n .. "\n" .. out)
-        end
-      end
-    end)
-
-    it("refuses AF_VSOCK socket, bind and connect, and does not see the host's vsock ports", function()
-      if not need() then return end
-      if host.res.vsock_socket ~= "OK" then
-        pending("no AF_VSOCK on this host (" .. tostring(host.res.vsock_socket) .. ")")
-        return
-      end
-      -- Control: on the host the probe bound next to a host listener sees
-      -- its port taken, and can connect toward the hypervisor.
-      assert.are.equal("EADDRINUSE", host.res.vsock_bind, host.out)
-      assert.are.equal("OK", host.res.vsock_connect, host.out)
-      assert.are.equal("EAFNOSUPPORT", res.vsock_socket, out)
-      assert.are.equal("EAFNOSUPPORT", res.vsock_bind, out)
-      assert.are.equal("EAFNOSUPPORT", res.vsock_connect, out)
-    end)
-
-    it("refuses netlink uevents (NETLINK_KOBJECT_UEVENT) while NETLINK_ROUTE and ip addr work", function()
-      if not need() then return end
-      assert.are.equal("EPROTONOSUPPORT", res.uevent_socket, out)
-      assert.are.equal("EPROTONOSUPPORT", res.uevent_bind, out)
-      assert.are.equal("OK", res.route_socket, out)
-      assert.are.equal("OK", res.route_bind, out)
-      assert.are.equal("OK", res.route_dump, out)
-      local r = s:exec("ip addr show lo")
-      assert.are.equal(0, r.returncode, H.show(r))
-      assert.is_truthy(r.stdout:find("lo:", 1, true), H.show(r))
-    end)
-
-    it("refuses TIOCSTI and TIOCLINUX", function()
-      if not need() then return end
-      local r = s:exec(H.install(s, "tiocsti"))
-      local t = H.results(r.stdout)
-      assert.are.equal("EPERM", t.tiocsti_stdin, H.show(r))
-      assert.are.equal("EPERM", t.tiocsti_stdin_high, H.show(r))
-      assert.are.equal("EPERM", t.tioclinux_stdin, H.show(r))
-    end)
-
-    it("refuses prlimit on another process (pid 1, a child) while its own limits work", function()
-      if not need() then return end
-      assert.are.equal("OK", res.prlimit_self, out)
-      assert.are.equal("EPERM", res.prlimit_child_get, out)
-      assert.are.equal("EPERM", res.prlimit_child_set, out)
-      assert.are.equal("EPERM", res.prlimit_pid1_get, out)
-      -- util-linux prlimit, as the issue's attacker used it
-      local r = s:exec("prlimit --pid 1 --fsize=1000; echo rc=$?")
-      assert.is_truthy(r.stdout:find("rc=1", 1, true), H.show(r))
-      assert.is_truthy(r.stderr:find("Operation not permitted", 1, true), H.show(r))
-      r = s:exec("prlimit --nofile=64 sh -c 'ulimit -n'")
-      assert.are.equal(0, r.returncode, H.show(r))
-      assert.are.equal("64", (r.stdout:gsub("%s+$", "")), H.show(r))
-      r = s:exec("prlimit --pid 0 --nofile")
-      assert.are.equal(0, r.returncode, H.show(r))
-    end)
   end)
-end
+
+  it("refuses syscalls newer than libseccomp 2.5.4"
+    .. " (statmount, listmount, mseal, open_tree_attr) with ENOSYS", function()
+    local s = need()
+    if not s then return end
+    for _, n in ipairs { "nr457_statmount", "nr458_listmount", "nr462_mseal", "nr467_open_tree_attr" } do
+      if host.res[n] == "ENOSYS" then
+        pending(n .. ": this kernel lacks it, so ENOSYS proves nothing")
+      else
+        assert.are.equal("ENOSYS", res[n], n .. "\n" .. out)
+      end
+    end
+  end)
+
+  it("refuses AF_VSOCK socket, bind and connect, and does not see the host's vsock ports", function()
+    local s = need()
+    if not s then return end
+    if host.res.vsock_socket ~= "OK" then
+      pending("no AF_VSOCK on this host (" .. tostring(host.res.vsock_socket) .. ")")
+      return
+    end
+    -- Control: on the host the probe bound next to a host listener sees
+    -- its port taken, and can connect toward the hypervisor.
+    assert.are.equal("EADDRINUSE", host.res.vsock_bind, host.out)
+    assert.are.equal("OK", host.res.vsock_connect, host.out)
+    assert.are.equal("EAFNOSUPPORT", res.vsock_socket, out)
+    assert.are.equal("EAFNOSUPPORT", res.vsock_bind, out)
+    assert.are.equal("EAFNOSUPPORT", res.vsock_connect, out)
+  end)
+
+  it("refuses netlink uevents (NETLINK_KOBJECT_UEVENT) while NETLINK_ROUTE and ip addr work", function()
+    local s = need()
+    if not s then return end
+    assert.are.equal("EPROTONOSUPPORT", res.uevent_socket, out)
+    assert.are.equal("EPROTONOSUPPORT", res.uevent_bind, out)
+    assert.are.equal("OK", res.route_socket, out)
+    assert.are.equal("OK", res.route_bind, out)
+    assert.are.equal("OK", res.route_dump, out)
+    local r = s:exec("ip addr show lo")
+    assert.are.equal(0, r.returncode, H.show(r))
+    assert.is_truthy(r.stdout:find("lo:", 1, true), H.show(r))
+  end)
+
+  it("refuses TIOCSTI and TIOCLINUX", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec(H.install(s, "tiocsti"))
+    local t = H.results(r.stdout)
+    assert.are.equal("EPERM", t.tiocsti_stdin, H.show(r))
+    assert.are.equal("EPERM", t.tiocsti_stdin_high, H.show(r))
+    assert.are.equal("EPERM", t.tioclinux_stdin, H.show(r))
+  end)
+
+  it("refuses prlimit on another process (pid 1, a child) while its own limits work", function()
+    local s = need()
+    if not s then return end
+    assert.are.equal("OK", res.prlimit_self, out)
+    assert.are.equal("EPERM", res.prlimit_child_get, out)
+    assert.are.equal("EPERM", res.prlimit_child_set, out)
+    assert.are.equal("EPERM", res.prlimit_pid1_get, out)
+    -- util-linux prlimit, as the issue's attacker used it
+    local r = s:exec("prlimit --pid 1 --fsize=1000; echo rc=$?")
+    assert.is_truthy(r.stdout:find("rc=1", 1, true), H.show(r))
+    assert.is_truthy(r.stderr:find("Operation not permitted", 1, true), H.show(r))
+    r = s:exec("prlimit --nofile=64 sh -c 'ulimit -n'")
+    assert.are.equal(0, r.returncode, H.show(r))
+    assert.are.equal("64", (r.stdout:gsub("%s+$", "")), H.show(r))
+    r = s:exec("prlimit --pid 0 --nofile")
+    assert.are.equal(0, r.returncode, H.show(r))
+  end)
+end)
 
 describe("kernel surface: cleanup", function()
   it("stops the host's vsock listener", function()

@@ -146,6 +146,35 @@ function M.session(opts)
   return require("sbx").session(opts)
 end
 
+-- The per-backend fixture of the specs that attack every backend: for each
+-- name in backends, describe("<name> backend: <title>") with one session of
+-- that backend opened in setup and closed in teardown, and body(backend,
+-- need, session) called inside it.  need() returns the session, or nil
+-- after marking the case pending when the backend is not available here
+-- (cases: `local s = need() if not s then return end`); session() returns
+-- it or nil without marking anything (for the body's own setup).
+function M.each_backend(backends, title, body)
+  -- busted's describe, setup, ... live in the calling spec's environment.
+  local B = getfenv(2)
+  for _, backend in ipairs(backends) do
+    B.describe(backend .. " backend: " .. title, function()
+      local s, why
+      B.setup(function()
+        local ok, res = pcall(M.session, { backend = backend })
+        if ok then s = res else why = type(res) == "table" and res.message or tostring(res) end
+      end)
+      B.teardown(function()
+        if s then s:close() end
+      end)
+      local function need()
+        if not s then B.pending(backend .. " is not available here: " .. tostring(why)) end
+        return s
+      end
+      body(backend, need, function() return s end)
+    end)
+  end
+end
+
 -- Call f(...) and return the error table it raised (nil when it did not).
 function M.raised(f, ...)
   local ok, err = pcall(f, ...)

@@ -54,125 +54,123 @@ print("wrote", len(m.buf))
 m.close()
 m.unlink()' 2>&1]]
 
-for _, backend in ipairs { "userns", "privileged", "bubblewrap" } do
+local BACKENDS = { "userns", "privileged", "bubblewrap" }
+
+H.each_backend(BACKENDS, "the run and its supervisor", function(backend, need)
   local bwrap = backend == "bubblewrap"
-  describe(backend .. " backend: the run and its supervisor", function()
-    local s, why
-    setup(function()
-      local ok, res = pcall(H.session, { backend = backend })
-      if ok then s = res else why = type(res) == "table" and res.message or tostring(res) end
-    end)
-    teardown(function()
-      if s then s:close() end
-    end)
-    local function need()
-      if not s then pending(backend .. " is not available here: " .. tostring(why)) end
-      return s ~= nil
+
+  -- seccomp refuses prlimit64 on any other pid (seccomp.c), so the
+  -- control is the same probe on the run's own limits.
+  it("lets prlimit change the run's own limits (control)", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec("prlimit --fsize=1 sh -c 'ulimit -f'")
+    assert.are.equal(0, r.returncode, H.show(r))
+    assert.matches("^%s*0%s*$", r.stdout, nil, false, H.show(r))
+  end)
+
+  it("keeps every later run whole after prlimit --pid 1 --fsize=1", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec("prlimit --pid 1 --fsize=1; echo rc=$?")
+    assert.matches("rc=1", r.stdout, 1, true, H.show(r))
+    assert.matches("Operation not permitted", r.stderr, 1, true, H.show(r))
+    five_healthy(s)
+  end)
+
+  it("keeps every later run whole after prlimit --pid 1 --nofile=3", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec("prlimit --pid 1 --nofile=3:3; echo rc=$?")
+    assert.matches("rc=1", r.stdout, 1, true, H.show(r))
+    five_healthy(s)
+  end)
+
+  it("cannot signal init; a sibling of the run can be (control)", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec("sleep 30 & p=$!; kill -TERM $p; wait $p; echo sibling=$?; "
+      .. "kill -TERM 1; echo init=$?; sleep 0.2; echo alive")
+    assert.are.equal(0, r.returncode, H.show(r))
+    assert.matches("sibling=143", r.stdout, 1, true, H.show(r))
+    -- bwrap's monitor may be signalled (same uid) and ignores it, as an
+    -- init without a handler does; native: another user, EPERM.
+    assert.matches(bwrap and "init=0" or "init=1", r.stdout, 1, true, H.show(r))
+    assert.matches("alive", r.stdout, 1, true, H.show(r))
+    five_healthy(s)
+  end)
+
+  it("cannot read init's /proc entries nor ptrace it; a sibling's environ is readable (control)", function()
+    local s = need()
+    if not s then return end
+    -- (the sibling's environ reads empty while it is still in exec: retry
+    -- for up to 10 s, which a loaded machine can need)
+    local r = s:exec("sleep 30 & p=$!; for i in $(seq 100); do "
+      .. "tr '\\0' '\\n' < /proc/$p/environ | grep -q '^PATH=' && break; sleep 0.1; done; "
+      .. "tr '\\0' '\\n' < /proc/$p/environ | grep -c '^PATH='; kill $p; "
+      .. "cat /proc/1/comm; cat /proc/1/environ > /dev/null && echo environ=read; "
+      .. "ls /proc/1/fd > /dev/null && echo fd=listed; "
+      .. "cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^sbx-init$'")
+    local out = H.lines(r.stdout)
+    assert.are.equal("1", out[1], H.show(r))
+    if bwrap then
+      -- Not sbx-init: bwrap's monitor of this run; no sbx-init in sight.
+      assert.are.equal("bwrap", out[2], H.show(r))
+      assert.are.equal("0", out[#out], H.show(r))
+    else
+      assert.are.equal("sbx-init", out[2], H.show(r))
+      assert.is_nil(r.stdout:find("environ=read", 1, true), H.show(r))
+      assert.is_nil(r.stdout:find("fd=listed", 1, true), H.show(r))
+      assert.matches("/proc/1/environ: Permission denied", r.stderr, 1, true, H.show(r))
     end
-
-    -- seccomp refuses prlimit64 on any other pid (seccomp.c), so the
-    -- control is the same probe on the run's own limits.
-    it("lets prlimit change the run's own limits (control)", function()
-      if not need() then return end
-      local r = s:exec("prlimit --fsize=1 sh -c 'ulimit -f'")
-      assert.are.equal(0, r.returncode, H.show(r))
-      assert.matches("^%s*0%s*$", r.stdout, nil, false, H.show(r))
-    end)
-
-    it("keeps every later run whole after prlimit --pid 1 --fsize=1", function()
-      if not need() then return end
-      local r = s:exec("prlimit --pid 1 --fsize=1; echo rc=$?")
-      assert.matches("rc=1", r.stdout, 1, true, H.show(r))
-      assert.matches("Operation not permitted", r.stderr, 1, true, H.show(r))
-      five_healthy(s)
-    end)
-
-    it("keeps every later run whole after prlimit --pid 1 --nofile=3", function()
-      if not need() then return end
-      local r = s:exec("prlimit --pid 1 --nofile=3:3; echo rc=$?")
-      assert.matches("rc=1", r.stdout, 1, true, H.show(r))
-      five_healthy(s)
-    end)
-
-    it("cannot signal init; a sibling of the run can be (control)", function()
-      if not need() then return end
-      local r = s:exec("sleep 30 & p=$!; kill -TERM $p; wait $p; echo sibling=$?; "
-        .. "kill -TERM 1; echo init=$?; sleep 0.2; echo alive")
-      assert.are.equal(0, r.returncode, H.show(r))
-      assert.matches("sibling=143", r.stdout, 1, true, H.show(r))
-      -- bwrap's monitor may be signalled (same uid) and ignores it, as an
-      -- init without a handler does; native: another user, EPERM.
-      assert.matches(bwrap and "init=0" or "init=1", r.stdout, 1, true, H.show(r))
-      assert.matches("alive", r.stdout, 1, true, H.show(r))
-      five_healthy(s)
-    end)
-
-    it("cannot read init's /proc entries nor ptrace it; a sibling's environ is readable (control)", function()
-      if not need() then return end
-      -- (the sibling's environ reads empty while it is still in exec: retry
-      -- for up to 10 s, which a loaded machine can need)
-      local r = s:exec("sleep 30 & p=$!; for i in $(seq 100); do "
-        .. "tr '\\0' '\\n' < /proc/$p/environ | grep -q '^PATH=' && break; sleep 0.1; done; "
-        .. "tr '\\0' '\\n' < /proc/$p/environ | grep -c '^PATH='; kill $p; "
-        .. "cat /proc/1/comm; cat /proc/1/environ > /dev/null && echo environ=read; "
-        .. "ls /proc/1/fd > /dev/null && echo fd=listed; "
-        .. "cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^sbx-init$'")
-      local out = H.lines(r.stdout)
-      assert.are.equal("1", out[1], H.show(r))
-      if bwrap then
-        -- Not sbx-init: bwrap's monitor of this run; no sbx-init in sight.
-        assert.are.equal("bwrap", out[2], H.show(r))
-        assert.are.equal("0", out[#out], H.show(r))
-      else
-        assert.are.equal("sbx-init", out[2], H.show(r))
-        assert.is_nil(r.stdout:find("environ=read", 1, true), H.show(r))
-        assert.is_nil(r.stdout:find("fd=listed", 1, true), H.show(r))
-        assert.matches("/proc/1/environ: Permission denied", r.stderr, 1, true, H.show(r))
-      end
-      -- ptrace: refused (the seccomp filter refuses it altogether, so
-      -- there is no in-run control for the attach itself; the environ
-      -- read above is the kernel's ptrace access check).
-      r = s:exec([[/usr/bin/python3 -c '
+    -- ptrace: refused (the seccomp filter refuses it altogether, so
+    -- there is no in-run control for the attach itself; the environ
+    -- read above is the kernel's ptrace access check).
+    r = s:exec([[/usr/bin/python3 -c '
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())']])
-      assert.matches("^%-1 1\n$", r.stdout, nil, false, H.show(r))
-    end)
+    assert.matches("^%-1 1\n$", r.stdout, nil, false, H.show(r))
+  end)
 
-    it("runs init as another user than the workload (native backends)", function()
-      if not need() then return end
-      if bwrap then return end
-      local r = s:exec("id -u; awk '/^Uid:/ {print $2}' /proc/1/status")
-      local out = H.lines(r.stdout)
-      assert.are.equal(2, #out, H.show(r))
-      assert.are_not.equal(out[1], out[2], "init and workload share uid " .. out[1])
-    end)
+  it("runs init as another user than the workload (native backends)", function()
+    local s = need()
+    if not s then return end
+    if bwrap then return end
+    local r = s:exec("id -u; awk '/^Uid:/ {print $2}' /proc/1/status")
+    local out = H.lines(r.stdout)
+    assert.are.equal(2, #out, H.show(r))
+    assert.are_not.equal(out[1], out[2], "init and workload share uid " .. out[1])
+  end)
 
-    it("refuses chown/setuid/setgid to root and nobody with EPERM, as a host does", function()
-      if not need() then return end
-      local r = s:exec(IDS_PY)
-      assert.are.equal(0, r.returncode, H.show(r))
-      assert.matches("chown_own ok", r.stdout, 1, true, H.show(r))
-      for _, op in ipairs { "chown0", "chown65534", "setuid0", "setgid0", "setuid65534", "setgid65534" } do
-        assert.matches(op .. " EPERM", r.stdout, 1, true, H.show(r))
-      end
-    end)
+  it("refuses chown/setuid/setgid to root and nobody with EPERM, as a host does", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec(IDS_PY)
+    assert.are.equal(0, r.returncode, H.show(r))
+    assert.matches("chown_own ok", r.stdout, 1, true, H.show(r))
+    for _, op in ipairs { "chown0", "chown65534", "setuid0", "setgid0", "setuid65534", "setgid65534" } do
+      assert.matches(op .. " EPERM", r.stdout, 1, true, H.show(r))
+    end
+  end)
 
-    it("keeps /dev read-only; /dev/shm and /dev/pts stay writable (control)", function()
-      if not need() then return end
-      local r = s:exec("touch /dev/shm/x && echo shm=ok; touch /dev/x; mkdir /dev/y; mkdir /proc/x; "
-        .. "echo 1 > /proc/sys/kernel/panic; ls /dev/pts > /dev/null && echo pts=ok")
-      assert.matches("shm=ok", r.stdout, 1, true, H.show(r))
-      assert.matches("pts=ok", r.stdout, 1, true, H.show(r))
-      assert.matches("cannot touch '/dev/x': Read-only file system", r.stderr, 1, true, H.show(r))
-      assert.matches("mkdir: cannot create directory ‘/dev/y’: Read-only file system", r.stderr, 1, true, H.show(r))
-      assert.matches("mkdir: cannot create directory ‘/proc/x’", r.stderr, 1, true, H.show(r))
-      assert.matches("cannot create /proc/sys/kernel/panic", r.stderr, 1, true, H.show(r))
-    end)
+  it("keeps /dev read-only; /dev/shm and /dev/pts stay writable (control)", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec("touch /dev/shm/x && echo shm=ok; touch /dev/x; mkdir /dev/y; mkdir /proc/x; "
+      .. "echo 1 > /proc/sys/kernel/panic; ls /dev/pts > /dev/null && echo pts=ok")
+    assert.matches("shm=ok", r.stdout, 1, true, H.show(r))
+    assert.matches("pts=ok", r.stdout, 1, true, H.show(r))
+    assert.matches("cannot touch '/dev/x': Read-only file system", r.stderr, 1, true, H.show(r))
+    assert.matches("mkdir: cannot create directory ‘/dev/y’: Read-only file system", r.stderr, 1, true, H.show(r))
+    assert.matches("mkdir: cannot create directory ‘/proc/x’", r.stderr, 1, true, H.show(r))
+    assert.matches("cannot create /proc/sys/kernel/panic", r.stderr, 1, true, H.show(r))
+  end)
 
-    it("lets a process raise its own oom_score_adj, not lower it", function()
-      if not need() then return end
-      local r = s:exec([[/usr/bin/python3 -c '
+  it("lets a process raise its own oom_score_adj, not lower it", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec([[/usr/bin/python3 -c '
 import errno
 def w(v):
     try:
@@ -181,17 +179,19 @@ def w(v):
     except OSError as e:
         return errno.errorcode[e.errno]
 print(w("500"), open("/proc/self/oom_score_adj").read().strip(), w("-500"))']])
-      assert.are.equal("ok 500 EACCES\n", r.stdout, H.show(r))
-    end)
-
-    it("kills a 100 MB shared memory segment at the default /dev/shm (control)", function()
-      if not need() then return end
-      local r = s:exec(SHM_PY)
-      assert.are_not.equal(0, r.returncode, H.show(r))
-      assert.is_nil(r.stdout:find("wrote", 1, true), H.show(r))
-    end)
+    assert.are.equal("ok 500 EACCES\n", r.stdout, H.show(r))
   end)
 
+  it("kills a 100 MB shared memory segment at the default /dev/shm (control)", function()
+    local s = need()
+    if not s then return end
+    local r = s:exec(SHM_PY)
+    assert.are_not.equal(0, r.returncode, H.show(r))
+    assert.is_nil(r.stdout:find("wrote", 1, true), H.show(r))
+  end)
+end)
+
+for _, backend in ipairs(BACKENDS) do
   describe(backend .. " backend: shm_mb and nofile", function()
     it("holds a 100 MB shared memory segment with shm_mb = 128, and nofile takes effect", function()
       local ok, s = pcall(H.session, { backend = backend, shm_mb = 128, nofile = 4096 })
