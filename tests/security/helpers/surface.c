@@ -44,21 +44,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void report(const char *name, long rc, int e)
-{
-	const char *n = strerrorname_np(e);
-
-	printf("RESULT %s %s\n", name, rc >= 0 ? "OK" : n ? n : "E?");
-	fflush(stdout);
-}
-
-#define TRY(name, call)                   \
-	do {                              \
-		long rc_;                 \
-		errno = 0;                \
-		rc_ = (long)(call);       \
-		report(name, rc_, errno); \
-	} while (0)
+#include "probe_report.h"
 
 static void probe_new_syscalls(void)
 {

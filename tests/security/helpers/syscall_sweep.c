@@ -33,34 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "probe_report.h"
+
 #ifndef TIOCLINUX
 #define TIOCLINUX 0x541C
 #endif
-
-static const char *errno_name(int e)
-{
-	static char buf[16];
-	const char *n = strerrorname_np(e);
-
-	if (n)
-		return n;
-	snprintf(buf, sizeof(buf), "E%d", e);
-	return buf;
-}
-
-static void report(const char *name, long rc, int e)
-{
-	printf("RESULT %s %s\n", name, rc == -1 ? errno_name(e) : "OK");
-	fflush(stdout);
-}
-
-#define TRY(name, call)                   \
-	do {                              \
-		long rc_;                 \
-		errno = 0;                \
-		rc_ = (long)(call);       \
-		report(name, rc_, errno); \
-	} while (0)
 
 /*
  * Run fn in a child and report how it went: fn returns 0 for "the call

@@ -21,20 +21,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "probe_report.h"
+
 #ifndef TIOCLINUX
 #define TIOCLINUX 0x541C
 #endif
-
-static void report(const char *name, long rc, int e)
-{
-	const char *n = strerrorname_np(e);
-
-	if (rc != -1)
-		printf("RESULT %s OK\n", name);
-	else
-		printf("RESULT %s %s\n", name, n ? n : "EUNKNOWN");
-	fflush(stdout);
-}
 
 int main(void)
 {
