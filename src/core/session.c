@@ -534,6 +534,11 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	s->net = o->network_mode;
 	for (int i = 0; i < SBX_GPU_MAX; i++)
 		s->gpu.lock_fd[i] = -1;
+	/* None until bubblewrap's start makes them: a session closed half-made
+	 * must not close the caller's fd 0 as its own. */
+	s->direct.userns_fd = -1;
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		s->direct.bwrap_data_fd[i] = -1;
 	if (check_backend(s, o, err) < 0) {
 		free(s);
 		return NULL;

@@ -84,3 +84,61 @@ describe("core.session_start", function()
     assert.is_truthy(cs:run { argv = { "/bin/true" } })
   end)
 end)
+
+-- A session that fails after its backend was chosen (here: a work_dir that
+-- does not exist) is closed half-made; that close must release only what
+-- the session made.  The caller's fd 0 is /dev/null during the attempt (a
+-- half-made bubblewrap session once closed fd 0 as its own).
+describe("a session open that fails half-way", function()
+  local ffi = require "ffi"
+  for _, decl in ipairs {
+    "int open(const char *path, int flags, ...);",
+    "int dup(int fd);",
+    "int dup2(int fd, int fd2);",
+    "int close(int fd);",
+    "int fcntl(int fd, int cmd, ...);",
+  } do
+    pcall(ffi.cdef, decl)
+  end
+  local F_GETFD = 1
+
+  -- The fds open in this process, as a set.
+  local function open_fds()
+    local set = {}
+    for fd = 0, 1023 do
+      if ffi.C.fcntl(fd, F_GETFD) >= 0 then set[fd] = true end
+    end
+    return set
+  end
+
+  for _, backend in ipairs { "userns", "privileged", "bubblewrap", "none" } do
+    it("leaves every descriptor of the caller open (" .. backend .. ")", function()
+      local null = ffi.C.open("/dev/null", 0)
+      local saved = ffi.C.dup(0)
+      assert.is_true(null >= 0 and saved >= 0)
+      finally(function()
+        ffi.C.dup2(saved, 0)
+        ffi.C.close(saved)
+        ffi.C.close(null)
+      end)
+      assert.equal(0, ffi.C.dup2(null, 0))
+      -- Control: the probe sees a descriptor that goes.
+      local scratch = ffi.C.dup(null)
+      assert.is_true(open_fds()[scratch])
+      ffi.C.close(scratch)
+      assert.is_nil(open_fds()[scratch])
+      local before = open_fds()
+      -- The core itself: the policy layer refuses none by default.
+      local cs, kind, msg = core.session_start { backend = backend, work_dir = "/no/such/dir" }
+      if cs then cs:close() end
+      if kind == "BackendUnavailable" then
+        pending(backend .. " is not available here: " .. tostring(msg))
+        return
+      end
+      assert.is_nil(cs)
+      assert.equal("InvalidArgument", kind, tostring(msg))
+      assert.matches("work_dir", msg, 1, true)
+      assert.same(before, open_fds())
+    end)
+  end
+end)
