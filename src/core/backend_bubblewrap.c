@@ -148,3 +148,17 @@ int sbx_bwrap_backend_start(sbx_session *s, const sbx_session_opts *o, struct so
 	*prog = NULL;
 	return sbx_bwrap_start(s, o, err);
 }
+
+void sbx_bwrap_stop(sbx_session *s)
+{
+	sbx_none_reap(s, true);
+	if (s->direct.userns_fd >= 0)
+		close(s->direct.userns_fd);
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		if (s->direct.bwrap_data_fd[i] >= 0)
+			close(s->direct.bwrap_data_fd[i]);
+	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
+		free(s->bwrap_argv[i]);
+	free(s->bwrap_argv);
+	s->bwrap_argv = NULL;
+}

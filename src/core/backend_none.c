@@ -131,6 +131,11 @@ bool sbx_none_alive(sbx_session *s)
 	return !sbx_none_expired(s);
 }
 
+void sbx_none_stop(sbx_session *s)
+{
+	sbx_none_reap(s, true);
+}
+
 /* backend "none": no zygote; each run's init is forked by the host. */
 int sbx_none_start(sbx_session *s, const sbx_session_opts *o)
 {

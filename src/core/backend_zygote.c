@@ -333,3 +333,13 @@ bool sbx_zygote_alive(sbx_session *s)
 	}
 	return p == 0;
 }
+
+void sbx_zygote_stop(sbx_session *s)
+{
+	if (s->zygote <= 0)
+		return;
+	kill(s->zygote, SIGKILL);
+	while (waitpid(s->zygote, NULL, 0) < 0 && errno == EINTR)
+		;
+	s->zygote = -1;
+}

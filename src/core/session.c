@@ -1,15 +1,17 @@
 /*
  * session.c: host side of a session: its lifecycle and the warm-init pool.
  *
- * Open: check the backend, make (or check) the work dir and give it to the
- * sandbox's host uid, describe the root, make the cgroup, compile the
- * seccomp filter once, then start the backend: the zygote for userns and
- * privileged (backend_zygote.c), nothing resident for none and bubblewrap
- * (backend_none.c, backend_bubblewrap.c); finish waits for the zygote to
- * say ready (or why not).
- * Close: SIGKILL the zygote (the kernel then kills every process of the
- * session, as the zygote is PID 1 of its PID namespace), reap it, and
- * remove the session dir unless the work dir was pinned by the caller.
+ * Open: check the backend, choose its ids (backend_ids.c), make (or
+ * check) the work dir and give it to the sandbox's host uid, describe the
+ * root, make the cgroup, compile the seccomp filter once, then start the
+ * backend: the zygote for userns and privileged (backend_zygote.c),
+ * nothing resident for none and bubblewrap (backend_none.c,
+ * backend_bubblewrap.c); finish waits for the zygote to say ready (or why
+ * not).  What differs per backend is chosen by backend.c's table.
+ * Close: stop the backend (SIGKILL the zygote: the kernel then kills every
+ * process of the session, as the zygote is PID 1 of its PID namespace;
+ * or reap the inits the host forked), and remove the session dir unless
+ * the work dir was pinned by the caller.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -392,18 +394,17 @@ static int check_backend(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 	s->be = be;
 	s->privileged = be->privileged;
 	s->none = be->none;
-	s->bwrap = be->bwrap;
 	if (be->check && be->check(o, err) < 0)
 		return -1;
 	if (o->network_mode >= SBX_NET_NMODES)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "network_mode: unknown mode %d",
 				   (int)o->network_mode);
-	if (o->network_mode != SBX_NET_BLOCKED && s->none)
+	if (o->network_mode != SBX_NET_BLOCKED && !be->netns)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
 				   "network_mode %s needs backend \"userns\" or \"privileged\": "
 				   "%s has no per-session network namespace for the proxy or pasta",
 				   sbx_net_name(o->network_mode), o->backend);
-	if (o->gpus && !s->privileged)
+	if (o->gpus && !be->gpus)
 		return sbx_err_set(
 			err, SBX_E_BACKEND_UNAVAILABLE, 0,
 			"gpus = %u needs backend \"privileged\" (NVIDIA's driver refuses "
@@ -668,12 +669,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 
 	if (!s)
 		return 0;
-	if (s->zygote > 0) {
-		kill(s->zygote, SIGKILL);
-		while (waitpid(s->zygote, NULL, 0) < 0 && errno == EINTR)
-			;
-	}
-	sbx_none_reap(s, true);
+	s->be->stop(s);
 	sbx_opennet_stop(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
@@ -700,15 +696,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
-	if (s->bwrap && s->direct.userns_fd >= 0)
-		close(s->direct.userns_fd);
-	for (int i = 0; s->bwrap && i < SBX_FS_MAX_DATA; i++)
-		if (s->direct.bwrap_data_fd[i] >= 0)
-			close(s->direct.bwrap_data_fd[i]);
 	sbx_rootfs_free(&s->fs);
-	for (size_t i = 0; s->bwrap_argv && s->bwrap_argv[i]; i++)
-		free(s->bwrap_argv[i]);
-	free(s->bwrap_argv);
 	for (size_t i = 0; s->open_deny && s->open_deny[i]; i++)
 		free(s->open_deny[i]);
 	free(s->open_deny);

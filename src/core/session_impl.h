@@ -42,7 +42,6 @@ struct sbx_session {
 	const struct sbx_backend *be; /* backend.c's entry */
 	bool privileged;	      /* namespaces without a user namespace (root) */
 	bool none;		      /* runs forked by the host itself (none, bubblewrap) */
-	bool bwrap;		      /* backend "bubblewrap": each run is one bwrap */
 	char **bwrap_argv;	      /* its fixed arguments, owned */
 	struct sock_fprog *prog;      /* bubblewrap: the filter each bwrap loads */
 	bool disk_mounted;	      /* work dir is a size-capped tmpfs of ours */
@@ -88,8 +87,9 @@ struct sbx_backend {
 	const char *name;
 	bool privileged; /* namespaces without a user namespace (root) */
 	bool none;	 /* no zygote: the host forks each run's init (backend_none.c) */
-	bool bwrap;	 /* each run is one bwrap (backend_bubblewrap*.c) */
 	bool own_root;	 /* runs see a root of their own (rootfs.c's description) */
+	bool netns;	 /* a network namespace per session: network modes besides blocked */
+	bool gpus;	 /* GPUs can be bound (host root ids, cgroup device rules) */
 	/* Whether it can work here (NULL: always): 0, or -1 with err saying
 	 * what is missing. */
 	int (*check)(const sbx_session_opts *o, sbx_err *err);
@@ -112,6 +112,9 @@ struct sbx_backend {
 		    sbx_err *err);
 	/* Whether the session can still run (false once it ended). */
 	bool (*alive)(sbx_session *s);
+	/* At close (also of a half-made session): end the session's
+	 * processes and free what start made. */
+	void (*stop)(sbx_session *s);
 };
 /* The backend of that name, or NULL. */
 const struct sbx_backend *sbx_backend_find(const char *name);
@@ -144,8 +147,10 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 			     sbx_err *err);
 int sbx_privileged_check(const sbx_session_opts *o, sbx_err *err);
 int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err);
-/* Whether the zygote still runs (reaps it when it ended). */
+/* Whether the zygote still runs (reaps it when it ended); stop kills and
+ * reaps it. */
 bool sbx_zygote_alive(sbx_session *s);
+void sbx_zygote_stop(sbx_session *s);
 
 /* backend_none.c: runs whose init the host forks itself (none, bubblewrap). */
 int sbx_none_start(sbx_session *s, const sbx_session_opts *o);
@@ -155,6 +160,7 @@ int sbx_none_backend_start(sbx_session *s, const sbx_session_opts *o, struct soc
 int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 		  sbx_err *err);
 bool sbx_none_alive(sbx_session *s);
+void sbx_none_stop(sbx_session *s);
 void sbx_none_reap(sbx_session *s, bool wait_all);
 bool sbx_none_expired(sbx_session *s);
 
@@ -166,5 +172,7 @@ int sbx_bwrap_start(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 int sbx_bwrap_check(const sbx_session_opts *o, sbx_err *err);
 int sbx_bwrap_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
 			    sbx_err *err);
+/* none's stop, then the user namespace's fd and bwrap's arguments. */
+void sbx_bwrap_stop(sbx_session *s);
 
 #endif
