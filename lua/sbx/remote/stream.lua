@@ -4,7 +4,8 @@
 --
 --   stream.start(conn, method, path, payload, o) -> src, or nil, err
 --       o = { headers, backend, deadline_ms (when the run's own timeout
---       has surely ended it, or nil), detach }; returns once the answer
+--       has surely ended it if it started now, or nil: moved by how late
+--       its first output comes), detach }; returns once the answer
 --       started: an error answer (a refused run) is returned as err, so
 --       run() raises it itself, as on-device.
 --   src.meta   fields the stream announces (run_id, dropped_events,
@@ -60,6 +61,15 @@ local function reset_queues(src)
   src.qbytes = { stdout = 0, stderr = 0 }
 end
 
+-- The run's first output: it surely runs, and its own timeout counts from
+-- its start on sbxd, which a loaded server (waiting for a warm init) can
+-- make seconds after the request.  So the deadline, given as measured
+-- from the request, counts from here instead.
+local function started(src)
+  src.output_ms = now_ms()
+  if src.deadline_ms then src.deadline_ms = src.deadline_ms + (src.output_ms - src.t0) end
+end
+
 -- Decode the events that arrived; keep a partial one for later.
 local function feed(src, chunk, req)
   src.rx = src.rx .. chunk
@@ -72,6 +82,7 @@ local function feed(src, chunk, req)
     pos = npos
     if type(ev) == "table" then
       if (ev.type == "stdout" or ev.type == "stderr") and type(ev.data) == "string" then
+        if not src.output_ms then started(src) end
         push(src, ev.type, ev.data)
       elseif ev.type == "exit" or ev.type == "error" then
         src.final = ev
