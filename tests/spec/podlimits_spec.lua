@@ -27,6 +27,13 @@ describe("sbx.server.podlimits", function()
     put(d .. "/dev/nvidia1", "") ; put(d .. "/dev/nvidia3", "") ; put(d .. "/dev/nvidiactl", "")
     local l = podlimits.read { proc_cgroup = d .. "/proc_cgroup", root = d .. "/cg", gpu_dir = d .. "/dev" }
     assert.same({ memory_mb = 2048, cpu_milli = 1500, gpus = 2 }, l)
+    -- What the device plugin gave the pod wins over the nodes a privileged
+    -- container sees; "all" means the nodes.
+    local o = { proc_cgroup = d .. "/proc_cgroup", root = d .. "/cg", gpu_dir = d .. "/dev" }
+    for visible, n in pairs { ["GPU-a,GPU-b,GPU-c"] = 3, ["0"] = 1, none = 0, void = 0, all = 2 } do
+      o.nvidia_visible_devices = visible
+      assert.equal(n, podlimits.read(o).gpus, visible)
+    end
   end)
 
   it("reads a v2 cgroup below the root by the path /proc/self/cgroup names", function()

@@ -11,7 +11,9 @@
 --   cpu_milli  CPU limit - reserve.cpu_milli      (v2 cpu.max,
 --                                                  v1 cpu.cfs_quota_us/period)
 --   pids       pids limit - reserve.pids          (pids.max)
---   gpus       the /dev/nvidia<N> nodes visible   (SBX_GPU_DEV_DIR or /dev)
+--   gpus       NVIDIA_VISIBLE_DEVICES' list (what the device plugin gave
+--              the pod), else the /dev/nvidia<N> nodes visible
+--              (SBX_GPU_DEV_DIR or /dev)
 --
 -- A resource without a limit leaves the policy's ceiling alone.  Explicit
 -- ceilings (--ceilings) replace what was read; --cgroup-ceilings off skips
@@ -19,8 +21,9 @@
 -- sbxd refuses to run rather than admit sessions that cannot fit.
 --
 --   M.parse(spec, flag)       "memory_mb=2048,cpu_milli=500" -> table; raises
---   M.read(o)                 o = { proc_cgroup, root, gpu_dir } (defaults:
---                             /proc/self/cgroup, /sys/fs/cgroup, /dev)
+--   M.read(o)                 o = { proc_cgroup, root, gpu_dir,
+--                             nvidia_visible_devices } (defaults:
+--                             /proc/self/cgroup, /sys/fs/cgroup, /dev, env)
 --                             -> { memory_mb?, cpu_milli?, pids?, gpus }
 --   M.derive(limits, reserve, explicit) -> ceilings; raises
 --   M.apply(gen, ceilings)    lower gen.ceilings / gen.defaults; -> list of
@@ -87,7 +90,13 @@ local function exists(path)
   return f ~= nil
 end
 
-local function count_gpus(dir)
+local function count_gpus(dir, visible)
+  -- The NVIDIA device plugin names the pod's GPUs here; a privileged
+  -- container sees every node of the host in /dev.
+  if visible and visible ~= "all" then
+    if visible == "" or visible == "none" or visible == "void" then return 0 end
+    return select(2, visible:gsub("[^,]+", ""))
+  end
   local n = 0
   for i = 0, 255 do
     if exists(("%s/nvidia%d"):format(dir, i)) then n = n + 1 end
@@ -104,7 +113,9 @@ function M.read(o)
     for line in f:lines() do lines[#lines + 1] = line end
     f:close()
   end
-  local out = { gpus = count_gpus(o.gpu_dir or os.getenv("SBX_GPU_DEV_DIR") or "/dev") }
+  local visible = o.nvidia_visible_devices
+  if visible == nil then visible = os.getenv("NVIDIA_VISIBLE_DEVICES") end
+  local out = { gpus = count_gpus(o.gpu_dir or os.getenv("SBX_GPU_DEV_DIR") or "/dev", visible or nil) }
   if read_file(root .. "/cgroup.controllers") then
     -- cgroup v2: one hierarchy, the "0::/path" line.
     local path = ""
