@@ -21,7 +21,7 @@ local runnable = IMAGE and os.getenv("SBX_E2E_NETNS") == "1" and H.have("podman"
 local describe_e2e = runnable and describe
   or function(name) pending(name .. " (needs SBX_IMAGE, podman, runc, kubectl; run it with make e2e)") end
 
-local PORT, URL = 7433, "http://127.0.0.1:7433"
+local URL = "http://127.0.0.1:7433"
 local TOKEN = "tok-image-e2e-0123456789abcdef"
 local NAME = "sbx-e2e-image"
 local WEB, OTHER = "198.51.100.7", "198.51.100.8" -- TEST-NET-2, on our netns's lo

@@ -141,7 +141,8 @@ describe_srv("sbxd ceilings flags", function()
     local cmd = ("sh -c 'echo $$ > %s/cgroup.procs && ASAN_OPTIONS=detect_leaks=0 exec %s --listen 127.0.0.1:0 " ..
       "--token-file %s/tokens --ceiling-reserve memory_mb=2000' 2>&1; echo rc=$?"):format(cg, H.SBXD, dir)
     local out = H.sh(cmd)
-    assert.matches("the memory_mb this sbxd runs under %(1024%) leaves nothing for sessions after the reserve of 2000", out)
+    assert.matches("the memory_mb this sbxd runs under %(1024%) leaves nothing for sessions "
+      .. "after the reserve of 2000", out)
     assert.matches("rc=1\n$", out)
     -- Control: outside that cgroup the same flags start (this one has no limit).
     local srv = assert(H.start { args = { "--ceiling-reserve", "memory_mb=2000" } })

@@ -92,7 +92,8 @@ describe_srv("sbxd --watch-policy", function()
   it("refuses --watch-policy without a policy file", function()
     local tokens = dir .. "/tokens"
     write(tokens, "tok-watch-0123456789abcdef alice\n")
-    local out = H.sh(("ASAN_OPTIONS=detect_leaks=0 %s --listen 127.0.0.1:0 --token-file %s --watch-policy 2>&1; echo rc=$?")
+    local out = H.sh(("ASAN_OPTIONS=detect_leaks=0 %s --listen 127.0.0.1:0 --token-file %s "
+      .. "--watch-policy 2>&1; echo rc=$?")
       :format(H.SBXD, tokens))
     assert.matches("rc=2\n$", out)
     assert.matches("%-%-watch%-policy needs %-%-policy", out)
