@@ -148,6 +148,32 @@ describe_e2e("three sbxd nodes behind a balancer", function()
     assert.equal(node_of(s) .. " file-2", out)
   end)
 
+  it("sbxlua --remote through the balancer: its session is on a node, and talks to it", function()
+    if not H.have("tmux") then return pending("needs tmux") end
+    local sock = "sbx-e2e-repl-" .. H.sh("echo $$"):gsub("%s", "")
+    local tokfile = lb_dir .. "/client-token"
+    local f = assert(io.open(tokfile, "w"))
+    f:write(TOKENS.alice, "\n")
+    f:close()
+    local function screen() return (H.sh(("tmux -L %s capture-pane -p"):format(sock))) end
+    local function wait_screen(pat)
+      assert(T.wait_for(function() return screen():match(pat) ~= nil end, 60), screen())
+      return screen():match(pat)
+    end
+    finally(function() H.sh(("tmux -L %s kill-server 2>/dev/null"):format(sock)) end)
+    H.sh(("tmux -L %s new-session -d -x 200 -y 40 %s"):format(sock, H.q(("SBXLUA_HISTORY=/dev/null %s/sbxlua "
+      .. "--remote %s --token-file %s; sleep 30"):format(H.BIN, lb_url, tokfile))))
+    wait_screen("sbx>")
+    H.sh(("tmux -L %s send-keys -l %s && tmux -L %s send-keys Enter"):format(sock, H.q("!echo hi-repl"), sock))
+    wait_screen("\nhi%-repl\n")
+    H.sh(("tmux -L %s send-keys -l :session && tmux -L %s send-keys Enter"):format(sock, sock))
+    local ep = wait_screen("endpoint[^\n]-(http://127%.0%.0%.1:744[123])")
+    -- The run went to that node.
+    for _, n in ipairs(nodes) do
+      if n.advertised == ep then assert.matches("event=run_start", n:log()) end
+    end
+  end)
+
   it("a killed node fails only its own sessions, naming the node", function()
     local victim = nodes[3]
     victim:stop("KILL")
