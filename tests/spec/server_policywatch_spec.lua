@@ -39,6 +39,8 @@ describe_srv("sbxd --watch-policy", function()
     assert(os.execute(("mkdir %s/%s"):format(dir, v)) == 0)
     write(("%s/%s/policy.lua"):format(dir, v), text)
     assert(os.execute(("ln -s %s %s/..data_tmp && mv -T %s/..data_tmp %s/..data"):format(v, dir, dir, dir)) == 0)
+    -- kubelet then removes the previous version: a reload must not need it.
+    if version > 1 then os.execute(("rm -rf %s/..2026_11_25_%d"):format(dir, version - 1)) end
   end
 
   local function reloads(ok)
