@@ -23,4 +23,6 @@ stds.sbx_policy = {
 local policy = { std = "sbx_policy", unused_args = false }
 files["policies/**/*.lua"] = policy
 files["examples/policies/**/*.lua"] = policy
+files["examples/kubernetes/**/policy.lua"] = policy
+files["tests/e2e/**/*.lua"] = { std = "+busted" }
 files["tests/**/policies/**/*.lua"] = policy

@@ -10,6 +10,8 @@
 #   make abuse    build, each HTTP/2 attack class 20 s against sbxd, one row each (ABUSE_SECONDS, ABUSE_ONLY)
 #   make format   clang-format the C sources
 #   make install  build and install under PREFIX (default /usr/local; DESTDIR works)
+#   make image    build, the container image as an OCI archive (IMAGE: build/sbx-image.oci.tar)
+#   make e2e      make image, then the image under podman and three nodes behind haproxy
 #   make clean    remove the build directories
 
 BUILD      ?= build
@@ -20,12 +22,13 @@ CMAKE      ?= cmake
 ARGS       ?=
 PREFIX     ?= /usr/local
 
-.PHONY: all deps build run test test-build bench compat fuzz soak abuse format install clean help
+.PHONY: all deps build run test test-build bench compat fuzz soak abuse format install clean help \
+	image e2e
 
 all: build
 
 help:
-	@sed -n '3,13s/^# //p' Makefile
+	@sed -n '3,15s/^# //p' Makefile
 
 deps:
 	@scripts/bootstrap-deps.sh
@@ -83,6 +86,16 @@ install: deps
 	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_INSTALL_PREFIX=$(PREFIX)
 	$(CMAKE) --build $(BUILD) -j$(JOBS)
 	$(CMAKE) --install $(BUILD)
+
+# Issue 19: Debian packages and this build only (scripts/build-image.sh);
+# the base root is cached in $(BUILD)/image/.
+IMAGE ?= $(BUILD)/sbx-image.oci.tar
+image: build
+	@scripts/bootstrap-deps.sh --image
+	scripts/build-image.sh $(BUILD) $(IMAGE)
+
+e2e: image
+	SBX_IMAGE=$(abspath $(IMAGE)) tests/e2e/run.sh $(BUILD)
 
 format:
 	@command -v clang-format >/dev/null || \

@@ -18,7 +18,13 @@ packages=(
 	luarocks libcap2-bin man-db
 	clang clang-format "libclang-rt-14-dev|libclang-rt-dev"
 	libpython3.11-testsuite
+	yamllint "kubernetes-client|kubectl"
 )
+# --image: also what `make image` and `make e2e` need (issue 19).  runc:
+# crun refuses hybrid cgroup hierarchies.
+if [[ ${1:-} == --image ]]; then
+	packages+=(mmdebstrap buildah podman runc haproxy)
+fi
 
 installed() {
 	dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q '^install ok installed$'

@@ -43,6 +43,15 @@
 -- process that gets the output kept meanwhile, then the live output and
 -- the exit.  The server keeps up to 1 MiB of events per detached run; when
 -- it dropped older ones, p.dropped_events / p.dropped_bytes say how many.
+--
+-- Several sbxd nodes (issue 19, sbxd --advertise-url): the session's id
+-- names the node holding it (sbx.remote.node).  A session created through
+-- a balancer talks to its node directly from then on (s.endpoint, and the
+-- handle's endpoint, are that node's); a request that reaches another
+-- node is answered 421 with the owner's endpoint, and the call is sent
+-- there once, only when that endpoint is the one the id names.  A node
+-- that cannot be reached is a SandboxExecutionError naming it
+-- ("unreachable"; the node's sessions died with it).
 
 local errors = require "sbx.errors"
 local options = require "sbx.options"
@@ -51,6 +60,7 @@ local msgpack = require "sbx.remote.msgpack"
 local answer = require "sbx.remote.answer"
 local stream = require "sbx.remote.stream"
 local process = require "sbx.process"
+local node = require "sbx.remote.node"
 
 local M = {}
 
@@ -100,7 +110,7 @@ local function connect(endpoint, token, opts)
     errors.raise(transport_error(why))
   end
   return { conn = conn, endpoint = endpoint, token = token, timeout_ms = math.ceil(timeout_s * 1000),
-    chunk = chunk }
+    chunk = chunk, opts = opts }
 end
 
 local function headers(tr, extra)
@@ -127,15 +137,32 @@ local function call(tr, method, path, body, raw, backend)
   return resp
 end
 
+local scall -- call() for a session, following a 421 (below)
+
+-- The session's node (issue 19): the endpoint its id names, when that is
+-- not where tr goes.  Unreachable now: tr stays, and the first call's 421
+-- says so.
+local function to_node(tr, id)
+  local _, url = node.split(id)
+  if not url or url == tr.endpoint then return tr end
+  local ok, ntr = pcall(connect, url, tr.token, tr.opts)
+  if not ok then return tr end
+  ntr.chunk = tr.chunk
+  tr.conn:close()
+  return ntr
+end
+
 local function wrap(tr, info, is_owner, ref_token)
   -- Upload chunks stay within the server's request body cap.
   if type(info.max_body_bytes) == "number" and info.max_body_bytes >= 1 then
     tr.chunk = math.min(tr.chunk, info.max_body_bytes)
   end
+  local _, url = node.split(info.id)
+  tr = to_node(tr, info.id)
   return setmetatable({
     max_file_bytes = type(info.max_file_bytes) == "number" and info.max_file_bytes or nil,
     name = info.name, id = info.id, created_at = info.created_at, backend = info.backend,
-    is_owner = is_owner, endpoint = tr.endpoint, work_dir = nil,
+    is_owner = is_owner, endpoint = url or tr.endpoint, work_dir = nil,
     _tr = tr, _ref_token = ref_token, _closed = false,
   }, Session)
 end
@@ -163,8 +190,11 @@ function M.attach(h, opts)
     errors.raise(errors.InvalidArgument("handle", "a remote session handle (from s:handle()) expected"))
   end
   local tr = connect(h.endpoint, h.token, opts or {})
-  local info = call(tr, "GET", "/v1/sessions/" .. h.id)
-  return wrap(tr, info, false, nil)
+  -- A handle whose endpoint is not the session's node (a balancer's, an
+  -- old one): the node's 421 is followed once, to the node the id names.
+  local probe = setmetatable({ id = h.id, name = h.name or h.id, _tr = tr }, Session)
+  local info = scall(probe, "GET", "/v1/sessions/" .. h.id)
+  return wrap(probe._tr, info, false, nil)
 end
 
 Session.__tostring = function(s)
@@ -181,6 +211,55 @@ local function live(s)
 end
 
 local function spath(s, rest) return "/v1/sessions/" .. s.id .. (rest or "") end
+
+-- A 421 for s (another node holds it): switch s to the node its id
+-- names, when the answer names that one too.  -> true to retry once.
+local function follow(s, e)
+  if type(e) ~= "table" or e.status ~= 421 then return false end
+  local _, url = node.split(s.id)
+  if not url or e.endpoint ~= url then return false end
+  local ok, ntr = pcall(connect, url, s._tr.token, s._tr.opts)
+  if not ok then
+    errors.raise(transport_error(("the node at %s holding session %s is unreachable: %s"):format(
+      url, s.name, tostring(type(ntr) == "table" and ntr.message or ntr)), s.backend))
+  end
+  ntr.chunk = s._tr.chunk
+  s._tr.conn:close()
+  s._tr, s.endpoint = ntr, url
+  return true
+end
+
+-- A transport failure of a session on a named node says which node.
+local function unreachable(s, e)
+  local _, url = node.split(s.id)
+  if url and type(e) == "table" and e.kind == "SandboxExecutionError" and e.status == nil
+    and tostring(e.message):match("^remote: ") then
+    e.message = ("remote: the node at %s holding session %s is unreachable: %s"):format(
+      url, s.name, e.message:sub(9))
+    e.reason, e.node = e.message, url
+  end
+  return e
+end
+
+-- call() for session s on its node: one 421 is followed.
+function scall(s, method, path, body, raw, backend)
+  local ok, r = pcall(call, s._tr, method, path, body, raw, backend)
+  if ok then return r end
+  if follow(s, r) then
+    ok, r = pcall(call, s._tr, method, path, body, raw, backend)
+    if ok then return r end
+  end
+  error(unreachable(s, r), 0)
+end
+
+-- stream.start() for session s on its node: one 421 is followed.
+local function sstart(s, method, path, payload, o)
+  local src, err, status = stream.start(s._tr.conn, method, path, payload, o)
+  if not src and follow(s, err) then
+    src, err, status = stream.start(s._tr.conn, method, path, payload, o)
+  end
+  return src, src == nil and unreachable(s, err) or err, status
+end
 
 -- ---- processes: sbx.process over the run's event stream ----
 
@@ -220,7 +299,7 @@ local function start_run(s, cmd, opts)
   -- timeout's SIGTERM) a little after this; see sbx.remote.stream.
   local t = tonumber(body.timeout_s)
   local deadline = t and core_ok and (core.monotonic_ms() + t * 1000 + 5000) or nil
-  local src, err = stream.start(tr.conn, "POST", spath(s, "/runs"), payload, {
+  local src, err = sstart(s, "POST", spath(s, "/runs"), payload, {
     headers = headers(tr, "Content-Type: " .. CT), backend = s.backend, deadline_ms = deadline,
     detach = body.detach,
   })
@@ -239,7 +318,7 @@ function Session:attach_run(run_id)
     errors.raise(errors.InvalidArgument("run_id", "the run id of a detached run (hex) expected, got "
       .. (type(run_id) == "string" and ("%q"):format(run_id:sub(1, 80)) or type(run_id))))
   end
-  local src, err, status = stream.start(tr.conn, "GET", spath(self, "/runs/" .. run_id), nil,
+  local src, err, status = sstart(self, "GET", spath(self, "/runs/" .. run_id), nil,
     { headers = headers(tr), backend = self.backend })
   if not src then
     if status == 404 then
@@ -310,7 +389,7 @@ function Session:put_bytes(path, data)
   end
   local url = spath(self, "/files/" .. p)
   if #data <= tr.chunk then
-    call(tr, "PUT", url, nil, data, self.backend)
+    scall(self, "PUT", url, nil, data, self.backend)
     return
   end
   -- Refuse before writing a first chunk the server would keep.
@@ -321,7 +400,7 @@ function Session:put_bytes(path, data)
   local off = 0
   while off < #data do
     local piece = data:sub(off + 1, off + tr.chunk)
-    local ok, e = pcall(call, tr, "PUT", off == 0 and url or ("%s?offset=%d"):format(url, off),
+    local ok, e = pcall(scall, self, "PUT", off == 0 and url or ("%s?offset=%d"):format(url, off),
       nil, piece, self.backend)
     if not ok then
       if type(e) == "table" and e.status == 409 then
@@ -338,8 +417,8 @@ function Session:put_bytes(path, data)
 end
 
 function Session:get_bytes(path)
-  local tr = live(self)
-  return call(tr, "GET", spath(self, "/files/" .. file_path(path)), nil, nil, self.backend)
+  live(self)
+  return scall(self, "GET", spath(self, "/files/" .. file_path(path)), nil, nil, self.backend)
 end
 
 function Session:handle()
@@ -353,7 +432,7 @@ end
 
 function Session:alive()
   if self._closed then return false end
-  local ok = pcall(call, self._tr, "GET", spath(self))
+  local ok = pcall(scall, self, "GET", spath(self))
   return ok
 end
 
@@ -366,8 +445,8 @@ function Session:close()
   self._closed = true
   local tr = self._tr
   if self.is_owner then
-    local ok, e = pcall(call, tr, "DELETE", spath(self))
-    tr.conn:close()
+    local ok, e = pcall(scall, self, "DELETE", spath(self))
+    self._tr.conn:close()
     if not ok and not errors.is(e, "SessionClosed") then errors.raise(e) end
     return
   end

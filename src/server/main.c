@@ -6,7 +6,9 @@
  *        [--insecure] [--log-level error|warn|info|debug]
  *        [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]
  *        [--max-body BYTES] [--drain-grace-ms MS] [--idle-timeout-s S]
- *        [--admin-tenant NAME] [--warm-runs N]
+ *        [--admin-tenant NAME] [--warm-runs N] [--advertise-url URL]
+ *        [--watch-policy] [--cgroup-ceilings on|off] [--ceilings SPEC]
+ *        [--ceiling-reserve SPEC]
  *
  * Sets up the embedded LuaJIT (sbx.core and sbx.paths preloaded, like
  * sbxlua), the Lua orchestration layer (sbx.server), h2o's evloop, the
@@ -44,7 +46,9 @@ static void usage(FILE *f)
 		   "            [--tls-cert CERT --tls-key KEY] [--insecure] [--log-level LEVEL]\n"
 		   "            [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]\n"
 		   "            [--max-body BYTES (8 MiB)] [--drain-grace-ms MS]\n"
-		   "            [--idle-timeout-s S] [--admin-tenant NAME] [--warm-runs N]\n");
+		   "            [--idle-timeout-s S] [--admin-tenant NAME] [--warm-runs N]\n"
+		   "            [--advertise-url URL] [--watch-policy] [--cgroup-ceilings on|off]\n"
+		   "            [--ceilings KEY=N,...] [--ceiling-reserve KEY=N,...]\n");
 	fputs(sbx_front_usage, f);
 }
 
@@ -102,6 +106,15 @@ static int lua_start(sbx_srv *S)
 	lua_setfield(L, -2, "idle_timeout_s");
 	lua_pushstring(L, S->listen);
 	lua_setfield(L, -2, "listen");
+	/* issue 19: NULL leaves the field nil (lua_pushstring pushes nil). */
+	lua_pushstring(L, S->advertise_url);
+	lua_setfield(L, -2, "advertise_url");
+	lua_pushstring(L, S->cgroup_ceilings);
+	lua_setfield(L, -2, "cgroup_ceilings");
+	lua_pushstring(L, S->ceilings);
+	lua_setfield(L, -2, "ceilings");
+	lua_pushstring(L, S->ceiling_reserve);
+	lua_setfield(L, -2, "ceiling_reserve");
 	lua_pushnumber(L, (lua_Number)S->max_body);
 	lua_setfield(L, -2, "max_body");
 	lua_pushcfunction(L, sbx_srv_l_file_append);
@@ -278,6 +291,11 @@ int main(int argc, char **argv)
 		{"idle-timeout-s", required_argument, 0, 'I'},
 		{"admin-tenant", required_argument, 0, 'A'},
 		{"warm-runs", required_argument, 0, 'W'},
+		{"advertise-url", required_argument, 0, 'U'},
+		{"watch-policy", no_argument, 0, 'P'},
+		{"cgroup-ceilings", required_argument, 0, 'Q'},
+		{"ceilings", required_argument, 0, 'C'},
+		{"ceiling-reserve", required_argument, 0, 'V'},
 		/* the front's budgets (front.c) */
 		{"max-header-list", required_argument, 0, 'F'},
 		{"max-header-fields", required_argument, 0, 'F'},
@@ -333,6 +351,21 @@ int main(int argc, char **argv)
 			break;
 		case 'A':
 			S.admin_tenant = optarg;
+			break;
+		case 'U':
+			S.advertise_url = optarg;
+			break;
+		case 'P':
+			S.watch_policy = true;
+			break;
+		case 'Q':
+			S.cgroup_ceilings = optarg;
+			break;
+		case 'C':
+			S.ceilings = optarg;
+			break;
+		case 'V':
+			S.ceiling_reserve = optarg;
 			break;
 		case 'c':
 			S.tls_cert = optarg;
@@ -449,6 +482,10 @@ int main(int argc, char **argv)
 	}
 	if (proxy_watch(&S) != 0)
 		return 1;
+	if (S.watch_policy && sbx_srv_policy_watch_start(&S, &err) != 0) {
+		fprintf(stderr, "sbxd: %s\n", err.msg);
+		return 2;
+	}
 
 	if (sbx_srv_listen_start(&S, &err) != 0) {
 		fprintf(stderr, "sbxd: %s\n", err.msg);

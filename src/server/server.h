@@ -70,6 +70,13 @@ typedef struct sbx_srv {
 	uint64_t idle_timeout_s; /* close sessions unused this long; 0: never */
 	size_t max_body;	 /* request body cap (bytes) */
 	uint32_t drain_grace_ms;
+	/* issue 19 (Kubernetes): this node's endpoint, written into session ids;
+	 * reload the policy when its file changes; session ceilings (Lua's
+	 * sbx.server.podlimits parses the specs) */
+	const char *advertise_url;
+	bool watch_policy;
+	const char *cgroup_ceilings, *ceilings, *ceiling_reserve;
+	h2o_socket_t *watchsock; /* the policy directory's inotify fd (policywatch.c) */
 
 	/* h2o */
 	h2o_globalconf_t config;
@@ -100,6 +107,11 @@ typedef struct sbx_srv {
 } sbx_srv;
 
 extern sbx_srv *sbx_srv_g;
+
+/* ---- policywatch.c ---- */
+/* --watch-policy: reload when the policy file (or the "..data" symlink of a
+ * Kubernetes ConfigMap volume beside it) is replaced.  0, or -1 and err. */
+int sbx_srv_policy_watch_start(sbx_srv *S, sbx_err *err);
 
 /* ---- log.c ---- */
 /* One line on stderr: "ts=... level=... " + fmt ("key=value ..."). */

@@ -5,7 +5,8 @@
 --   answer.transport(reason, backend) -> SandboxExecutionError "remote: ..."
 --   answer.http(status, body, content_type) -> the error of an HTTP error
 --       answer: its {kind, message} as that kind; 401/403/429 PolicyDenied
---       ("auth", "ownership", "limits"), 404 NotFound SessionClosed, ...
+--       ("auth", "ownership", "limits"), 404 NotFound SessionClosed, 421
+--       SandboxExecutionError with status and the owner's endpoint, ...
 --   answer.event(ev, backend) -> the error of a run's {"type":"error"} event
 
 local errors = require "sbx.errors"
@@ -25,6 +26,11 @@ function M.http(status, body, ctype)
   end
   t = t or { message = ("HTTP %d"):format(status) }
   local kind, msg = t.kind, tostring(t.message or ("HTTP " .. status))
+  if status == 421 then -- another sbxd node holds the session (sbx.remote follows it once)
+    local e = errors.SandboxExecutionError("remote: " .. msg, nil, 0)
+    e.status, e.endpoint = status, type(t.endpoint) == "string" and t.endpoint or nil
+    return e
+  end
   if kind and errors.KINDS[kind] then
     local fields = {}
     for k, v in pairs(t) do if k ~= "kind" and k ~= "message" then fields[k] = v end end

@@ -8,7 +8,10 @@
 --                     idle_timeout_s (0: no idle reaping), max_body (sbxd's
 --                     --max-body), file_append (src/server/fileput.c),
 --                     file_io (src/server/fileio.c), hooks (post, wait:
---                     the policy worker, src/server/hooks.c) }
+--                     the policy worker, src/server/hooks.c),
+--                     advertise_url (sbxd's --advertise-url: session ids
+--                     name this node, sbx.remote.node; sessions of other
+--                     nodes are 421 with their endpoint) }
 --   M.handle(req)     req = { method, path, query (raw, after '?'), tenant |
 --                     ref_token, body (decoded table), raw (the body bytes),
 --                     format }
@@ -61,6 +64,8 @@ local errors = require "sbx.errors"
 local options = require "sbx.options"
 local policy = require "sbx.policy"
 local session = require "sbx.session"
+local node = require "sbx.remote.node"
+local podlimits = require "sbx.server.podlimits"
 
 local M = {}
 
@@ -200,8 +205,8 @@ end
 local function describe(rec, owner, req)
   local s = rec.s
   local d = {
-    id = s.id, name = s.name, created_at = s.created_at, backend = s.backend,
-    endpoint = req and req.endpoint or cfg.endpoint, is_owner = owner, timeout_s = rec.timeout_s,
+    id = node.public_id(s.id, cfg.advertise), name = s.name, created_at = s.created_at, backend = s.backend,
+    endpoint = cfg.advertise or (req and req.endpoint) or cfg.endpoint, is_owner = owner, timeout_s = rec.timeout_s,
     runs_active = rec.runs,
     -- What a client needs to chunk uploads: no file over max_file_bytes,
     -- no request body over max_body_bytes (sbxd's --max-body).
@@ -499,9 +504,19 @@ local function file_op(req, rec, path)
   return { status = 200, file = { fd = data, size = size } }
 end
 
+-- The pod's ceilings (sbx.server.podlimits) on a generation just loaded.
+local function pod_ceilings(gen)
+  local changes = podlimits.apply(gen, cfg.pod_ceilings)
+  if #changes > 0 then
+    io.stderr:write(("sbxd: event=ceilings_from_pod generation=%d %s\n")
+      :format(gen.generation or 0, table.concat(changes, " ")))
+  end
+end
+
 function M.reload_policy()
   local ok, why = cfg.engine:reload()
   if ok then
+    pod_ceilings(cfg.engine.current)
     io.stderr:write(("sbxd: event=policy_reload ok=true generation=%d policy=%s\n")
       :format(cfg.engine.generation or 0, tostring(cfg.policy)))
     return true, cfg.engine.generation
@@ -534,15 +549,24 @@ function M.handle(req)
     if method == "GET" then return list_sessions(req) end
     return fail(405, "MethodNotAllowed", method .. " " .. path)
   end
-  local id, rest = path:match("^/v1/sessions/(%x+)(.*)$")
+  local pid, rest = path:match("^/v1/sessions/([^/]+)(.*)$")
+  local id, owner_url = node.split(pid)
   if not id then return fail(404, "NotFound", "no route " .. method .. " " .. path:sub(1, 200)) end
+  -- A session of another node (issue 19): where it lives, never a lookup
+  -- here; the id itself names the node, so this leaks nothing.
+  if owner_url and owner_url ~= cfg.advertise then
+    local r = fail(421, "Misdirected", ("session %s is held by the node at %s"):format(pid, owner_url),
+      { endpoint = owner_url })
+    r.headers = { ["sbx-session-endpoint"] = owner_url }
+    return r
+  end
   if rest == "" then
     if method ~= "GET" and method ~= "DELETE" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
     local rec, err, owner = lookup(req, id, method == "DELETE")
     if not rec then return err end
     if method == "GET" then return reply(200, describe(rec, owner, req)) end
     close_rec(rec, "deleted")
-    return reply(200, { id = id, closed = true }, { log = "session=" .. id })
+    return reply(200, { id = pid, closed = true }, { log = "session=" .. id })
   end
   if rest == "/runs" then
     if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
@@ -637,6 +661,11 @@ function M.init(c)
   cfg.hard_ceiling_s = c.hard_ceiling_s or 24 * 3600
   cfg.idle_timeout_s = c.idle_timeout_s or 3600
   cfg.endpoint = c.listen
+  if c.advertise_url then
+    local url, why = node.endpoint_ok(c.advertise_url)
+    if not url then error("--advertise-url " .. why, 0) end
+    cfg.advertise = url
+  end
   cfg.admin_tenant = c.admin_tenant
   cfg.max_body = c.max_body
   cfg.file_append = c.file_append
@@ -652,10 +681,14 @@ function M.init(c)
       io.stderr:write("sbxd: event=oom_protect ok=false (needs CAP_SYS_RESOURCE)\n")
     end
   end
+  -- Ceilings from the limits sbxd runs under (issue 19): a bad flag or a
+  -- limit the reserve eats whole stops sbxd here.
+  cfg.pod_ceilings = podlimits.setup(c)
   -- Fail at start, not at the first request, when the policy does not load.
   local ok, e = pcall(policy.load, c.policy, { hook_runner = c.hooks and hook_runner or nil })
   if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
   cfg.engine = e
+  pod_ceilings(e.current)
   cfg.proxy = core.proxy_new {
     decide = proxy_decide,
     log = function(line) io.stderr:write("ts=- level=info event=proxy ", line, "\n") end,
