@@ -4,10 +4,12 @@
  * protected call the REPL evaluates each line with.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <editline/readline.h>
@@ -132,9 +134,25 @@ static int l_read_history(lua_State *L)
 	return 1;
 }
 
+/* History is written only to a regular file or a new one: libedit's
+ * write_history fchmods what it opened to 0600, so SBXLUA_HISTORY=/dev/null
+ * run as root would take the host's /dev/null away from everyone else. */
+static int history_target_ok(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return errno == ENOENT;
+	return S_ISREG(st.st_mode);
+}
+
 static int l_write_history(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
+	if (!history_target_ok(path)) {
+		lua_pushnil(L);
+		lua_pushfstring(L, "%s: not a regular file, history not saved", path);
+		return 2;
+	}
 	stifle_history((int)luaL_optinteger(L, 2, 1000));
 	int rc = write_history(path);
 	if (rc != 0) {

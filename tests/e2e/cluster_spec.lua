@@ -161,7 +161,7 @@ describe_e2e("three sbxd nodes behind a balancer", function()
       return screen():match(pat)
     end
     finally(function() H.sh(("tmux -L %s kill-server 2>/dev/null"):format(sock)) end)
-    H.sh(("tmux -L %s new-session -d -x 200 -y 40 %s"):format(sock, H.q(("SBXLUA_HISTORY=/dev/null %s/sbxlua "
+    H.sh(("tmux -L %s new-session -d -x 200 -y 40 %s"):format(sock, H.q(("SBXLUA_HISTORY= %s/sbxlua "
       .. "--remote %s --token-file %s; sleep 30"):format(H.BIN, lb_url, tokfile))))
     wait_screen("sbx>")
     H.sh(("tmux -L %s send-keys -l %s && tmux -L %s send-keys Enter"):format(sock, H.q("!echo hi-repl"), sock))

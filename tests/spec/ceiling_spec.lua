@@ -337,8 +337,15 @@ describe("resource ceilings", function()
           (python3 -c "import os, time; os.setsid(); os.fork() and os._exit(0); time.sleep(300)" %s &)
           echo started; sleep 300]=])
         print("first=" .. p:read("stdout"))
-        os.execute("sleep 0.3")
-        print("before=" .. io.popen("pgrep -f '%s' | wc -l"):read("*l"))
+        -- Both escapes start after "started": wait for them (not a fixed
+        -- sleep, which a loaded machine outruns), up to a generous bound.
+        local before
+        for _ = 1, 600 do
+          before = tonumber(io.popen("pgrep -f '%s' | wc -l"):read("*l"))
+          if before >= 2 then break end
+          os.execute("sleep 0.05")
+        end
+        print("before=" .. before)
         p:kill()
         p:wait()
         print("reason=" .. p.termination_reason)

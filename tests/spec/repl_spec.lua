@@ -188,3 +188,35 @@ describe("the sbxlua REPL under tmux", function()
     t:wait_for("PolicyDenied")
   end)
 end)
+
+describe("the sbxlua REPL's history file", function()
+  -- SBXLUA_HISTORY=/dev/null once chmodded the host's /dev/null to 0600
+  -- (libedit saves history with mode 0600), breaking every sandbox's
+  -- /dev/null. A node of our own with /dev/null's numbers stands in for it.
+  local function mode(path) return sh("stat -c %a " .. H.q(path)):match("%d+") end
+
+  it("is never written to a device; a regular file is (control)", function()
+    local dir = sh("mktemp -d /tmp/sbx-repl-spec.XXXXXX"):match("%S+")
+    finally(function() os.execute("rm -rf " .. H.q(dir)) end)
+    local dev = dir .. "/null"
+    assert.equal("", sh(("mknod -m 666 %s c 1 3"):format(H.q(dev))))
+    local t = term(dev)
+    finally(function() t:kill() end)
+    t:keys("1 + 1", "<Enter>")
+    t:wait_for("\n2\n")
+    t:keys("3 + 4", "<Enter>")
+    t:wait_for("\n7\n")
+    assert.equal("666", mode(dev))
+    -- Control: the same REPL saves to a regular file, with libedit's 0600.
+    local file = dir .. "/history"
+    local f = assert(io.open(file, "w"))
+    f:close()
+    os.execute("chmod 644 " .. H.q(file))
+    local t2 = term(file)
+    finally(function() t2:kill() end)
+    t2:keys("5+6", "<Enter>")
+    t2:wait_for("\n11\n")
+    assert.equal("600", mode(file))
+    assert.is_truthy(io.open(file):read("*a"):find("5+6", 1, true))
+  end)
+end)
