@@ -1,15 +1,18 @@
 /*
  * proxy.c: the allow-list proxy (src/core/sbx_proxy.h) as Lua sees it.
  *
- *   px = core.proxy_new{ decide = fn, log = fn, max_conns =, connect_timeout_ms =,
- *                        header_timeout_ms =, idle_timeout_ms = }
+ *   px = core.proxy_new{ decide = fn | batch = fn, log = fn, max_conns =,
+ *                        connect_timeout_ms =, header_timeout_ms =, idle_timeout_ms = }
  *   px:add(listener_fd, tag)   -- serve a listener; tag is a string (a session id)
  *   px:remove(tag)             -- close its listeners and connections
  *   px:fd()                    -- readable when px:step has work (for an event loop)
  *   px:step(timeout_ms)        -- handle what is ready; true | nil, kind, msg
+ *   px:wake([max_steps])       -- the fd is readable: step (never waiting) while it
+ *                                 stays so, at most max_steps (64) times; true | nil, kind, msg
  *   px:decided(ticket, verdict) -- the verdict a decide left pending; false
  *                                  when the connection is gone meanwhile
- *   px:stats()                 -- { accepted, allowed, refused, failed, active, bytes_up, bytes_down }
+ *   px:stats()                 -- { accepted, allowed, refused, failed, active, bytes_up,
+ *                                   bytes_down, lua_calls }
  *   px:close()
  *
  *   child = core.proxy_spawn(listener_fd, tag, opts)  -- the same proxy in a forked process
@@ -22,6 +25,16 @@
  * px:decided(q.ticket, verdict) (sbxd: the policy's on_connect runs on its worker).  It runs inside px:step.  Anything but a well-formed
  * allowing verdict denies: a decide that errors, returns garbage or takes a
  * wrong turn refuses the connection (fail closed) and says why in the log.
+ *
+ * batch(queries, logs) replaces decide where every entry into Lua counts
+ * (sbxd's loop): the proxy holds the questions and log lines of a step or
+ * a wake-up and hands them over in one call, queries = { q, ... } as
+ * decide's, logs = { line, ... }, and batch returns { verdict, ... } in the
+ * same order (a verdict may be { pending = true }).  Relaying bytes,
+ * parsing and steps with nothing to decide never enter Lua.  A batch that
+ * errors or gives no verdict for a query refuses it; the log lines of a
+ * failed batch go to stderr.  lua_calls counts the calls into Lua (decide,
+ * log, batch).
  *
  * On-device hosts (sbxlua, a plain LuaJIT) have no event loop that runs
  * while the caller's script does something else, so a session's proxy
@@ -49,10 +62,33 @@
 #define LSBX_PROXY_MT "sbx.core.proxy"
 #define LSBX_PROXY_CHILD_MT "sbx.core.proxy_child"
 
+/* A question held for the next batch (the core's strings copied). */
+typedef struct held_query {
+	struct held_query *next;
+	sbx_proxy_phase phase;
+	uint16_t port;
+	void *tag;
+	uint64_t ticket;
+	size_t n_addrs;
+	char kind[16];
+	char host[256]; /* the core's hosts are at most 255 bytes */
+	char addrs[SBX_PROXY_MAX_ADDRS][64];
+} held_query;
+
+/* A log line held for the next batch. */
+typedef struct held_line {
+	struct held_line *next;
+	char text[];
+} held_line;
+
 typedef struct lsbx_proxy {
 	sbx_proxy *p;
 	lua_State *L; /* set while px:step runs: decide needs it */
-	int ref;      /* registry ref of the userdata's env table { decide, log, tags } */
+	int ref;      /* registry ref of the userdata's env table { decide, batch, log, tags } */
+	bool batch;   /* decide through batch(queries, logs) */
+	held_query *queries, **queries_end;
+	held_line *lines, **lines_end;
+	uint64_t lua_calls;
 } lsbx_proxy;
 
 typedef struct lsbx_proxy_child {
@@ -63,7 +99,7 @@ typedef struct lsbx_proxy_child {
 } lsbx_proxy_child;
 
 static const char *const proxy_fields[] = {
-	"decide",	   "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
+	"decide",	   "batch", "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
 	"idle_timeout_ms", NULL,
 };
 
@@ -97,19 +133,9 @@ static void read_verdict(lua_State *L, int t, sbx_proxy_verdict *v)
 	lua_pop(L, 2);
 }
 
-static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+/* Push decide's q table for q (env: the index of the env table). */
+static void push_query(lua_State *L, int env, const sbx_proxy_query *q)
 {
-	lsbx_proxy *px = ud;
-	lua_State *L = px->L;
-
-	if (!L) {
-		snprintf(v->reason, sizeof(v->reason), "the proxy has no policy to ask");
-		return;
-	}
-	int top = lua_gettop(L);
-	lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
-	int env = lua_gettop(L);
-	lua_getfield(L, env, "decide");
 	lua_createtable(L, 0, 6);
 	lua_pushstring(L, q->phase == SBX_PROXY_NAME ? "name" : "addrs");
 	lua_setfield(L, -2, "phase");
@@ -129,6 +155,57 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 	lua_setfield(L, -2, "tag");
 	lua_pushnumber(L, (lua_Number)q->ticket);
 	lua_setfield(L, -2, "ticket");
+}
+
+/* Batch mode: hold q for the next batch; the connection waits (pending). */
+static void hold_query(lsbx_proxy *px, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+{
+	held_query *h = calloc(1, sizeof(*h));
+	bool fits = h && q->n_addrs <= SBX_PROXY_MAX_ADDRS &&
+		    (size_t)snprintf(h->host, sizeof(h->host), "%s", q->host ? q->host : "") <
+			    sizeof(h->host) &&
+		    (size_t)snprintf(h->kind, sizeof(h->kind), "%s", q->kind ? q->kind : "?") <
+			    sizeof(h->kind);
+
+	for (size_t i = 0; fits && i < q->n_addrs; i++)
+		fits = (size_t)snprintf(h->addrs[i], sizeof(h->addrs[i]), "%s", q->addrs[i]) <
+		       sizeof(h->addrs[i]);
+	if (!fits) {
+		/* Never decide on a truncated copy. */
+		snprintf(v->reason, sizeof(v->reason), "%s",
+			 h ? "the query does not fit the policy batch" : "out of memory");
+		free(h);
+		return;
+	}
+	h->phase = q->phase;
+	h->port = q->port;
+	h->tag = q->tag;
+	h->ticket = q->ticket;
+	h->n_addrs = q->n_addrs;
+	*px->queries_end = h;
+	px->queries_end = &h->next;
+	v->pending = true;
+}
+
+static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+{
+	lsbx_proxy *px = ud;
+	lua_State *L = px->L;
+
+	if (px->batch) {
+		hold_query(px, q, v);
+		return;
+	}
+	if (!L) {
+		snprintf(v->reason, sizeof(v->reason), "the proxy has no policy to ask");
+		return;
+	}
+	int top = lua_gettop(L);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
+	int env = lua_gettop(L);
+	lua_getfield(L, env, "decide");
+	push_query(L, env, q);
+	px->lua_calls++;
 	if (lsbx_pcall(L, 1, 1, 0) != 0) {
 		snprintf(v->reason, sizeof(v->reason), "the policy check failed: %s",
 			 lsbx_pcall_message(L, -1));
@@ -145,6 +222,19 @@ static void log_line(void *ud, const char *line)
 	lsbx_proxy *px = ud;
 	lua_State *L = px->L;
 
+	if (px->batch) {
+		size_t n = strlen(line) + 1;
+		held_line *h = malloc(sizeof(*h) + n);
+		if (!h) {
+			fprintf(stderr, "sbx proxy: %s\n", line);
+			return;
+		}
+		memcpy(h->text, line, n);
+		h->next = NULL;
+		*px->lines_end = h;
+		px->lines_end = &h->next;
+		return;
+	}
 	if (!L) {
 		fprintf(stderr, "sbx proxy: %s\n", line);
 		return;
@@ -154,6 +244,7 @@ static void log_line(void *ud, const char *line)
 	lua_getfield(L, -1, "log");
 	if (lua_isfunction(L, -1)) {
 		lua_pushstring(L, line);
+		px->lua_calls++;
 		if (lsbx_pcall(L, 1, 0, 0) != 0)
 			fprintf(stderr, "sbx proxy: %s (log failed: %s)\n", line,
 				lsbx_pcall_message(L, -1));
@@ -179,10 +270,16 @@ static lsbx_proxy *proxy_create(lua_State *L, int idx)
 
 	luaL_checktype(L, idx, LUA_TTABLE);
 	lsbx_check_fields(L, idx, "proxy options", proxy_fields);
-	lua_getfield(L, idx, "decide");
+	lua_getfield(L, idx, "batch");
+	bool batch = !lua_isnil(L, -1);
+	lua_getfield(L, idx, batch ? "batch" : "decide");
 	if (!lua_isfunction(L, -1))
-		luaL_error(L, "field 'decide': function expected, got %s", luaL_typename(L, -1));
-	lua_pop(L, 1);
+		luaL_error(L, "field '%s': function expected, got %s", batch ? "batch" : "decide",
+			   luaL_typename(L, -1));
+	lua_getfield(L, idx, "decide");
+	if (batch && !lua_isnil(L, -1))
+		luaL_error(L, "proxy options: give decide or batch, not both");
+	lua_pop(L, 3);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.max_conns = (uint32_t)lsbx_opt_int(L, idx, "max_conns", 0, 1 << 20, 0);
 	cfg.connect_timeout_ms =
@@ -191,14 +288,18 @@ static lsbx_proxy *proxy_create(lua_State *L, int idx)
 	cfg.idle_timeout_ms = (uint32_t)lsbx_opt_int(L, idx, "idle_timeout_ms", 0, 86400000, 0);
 
 	lsbx_proxy *px = lua_newuserdata(L, sizeof(*px));
-	px->p = NULL;
-	px->L = NULL;
+	memset(px, 0, sizeof(*px));
 	px->ref = LUA_NOREF;
+	px->batch = batch;
+	px->queries_end = &px->queries;
+	px->lines_end = &px->lines;
 	luaL_getmetatable(L, LSBX_PROXY_MT);
 	lua_setmetatable(L, -2);
-	lua_createtable(L, 0, 3);
+	lua_createtable(L, 0, 4);
 	lua_getfield(L, idx, "decide");
 	lua_setfield(L, -2, "decide");
+	lua_getfield(L, idx, "batch");
+	lua_setfield(L, -2, "batch");
 	lua_getfield(L, idx, "log");
 	lua_setfield(L, -2, "log");
 	lua_newtable(L);
@@ -270,6 +371,133 @@ static int l_proxy_fd(lua_State *L)
 	return 1;
 }
 
+static void free_held(lsbx_proxy *px)
+{
+	while (px->queries) {
+		held_query *h = px->queries;
+		px->queries = h->next;
+		free(h);
+	}
+	while (px->lines) {
+		held_line *h = px->lines;
+		px->lines = h->next;
+		free(h);
+	}
+	px->queries_end = &px->queries;
+	px->lines_end = &px->lines;
+}
+
+/* The verdict batch's result (at res, or none: res 0 with why) gives the
+ * i-th query (1-based). */
+static void batch_verdict(lua_State *L, int res, int i, const char *why, sbx_proxy_verdict *v)
+{
+	memset(v, 0, sizeof(*v));
+	if (!res) {
+		snprintf(v->reason, sizeof(v->reason), "%s", why);
+		return;
+	}
+	lua_rawgeti(L, res, i);
+	if (lua_type(L, -1) == LUA_TTABLE)
+		read_verdict(L, lua_gettop(L), v);
+	else
+		snprintf(v->reason, sizeof(v->reason), "the policy check gave no verdict");
+	lua_pop(L, 1);
+}
+
+/*
+ * Batch mode: hand the held questions and log lines to batch(queries,
+ * logs) in one call and give the core its verdicts.  A verdict can raise
+ * the next question (ADDRS after NAME) or a log line: another round.  The
+ * rounds end: a connection asks at most twice, then dials, resolves
+ * (answered in a later step) or is refused.  px->L is L meanwhile, so
+ * batch cannot reenter px:step or px:decided.
+ */
+static void flush(lua_State *L, lsbx_proxy *px)
+{
+	while (px->queries || px->lines) {
+		held_query *qs = px->queries, *h;
+		held_line *ls = px->lines;
+		int top = lua_gettop(L), res = 0, i;
+		char why[300] = "";
+
+		px->queries = NULL;
+		px->queries_end = &px->queries;
+		px->lines = NULL;
+		px->lines_end = &px->lines;
+		lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
+		int env = lua_gettop(L);
+		lua_getfield(L, env, "batch");
+		lua_newtable(L);
+		for (h = qs, i = 1; h; h = h->next, i++) {
+			const char *ptrs[SBX_PROXY_MAX_ADDRS];
+			sbx_proxy_query q = {.phase = h->phase,
+					     .kind = h->kind,
+					     .host = h->host,
+					     .port = h->port,
+					     .addrs = ptrs,
+					     .n_addrs = h->n_addrs,
+					     .tag = h->tag,
+					     .ticket = h->ticket};
+			for (size_t k = 0; k < h->n_addrs; k++)
+				ptrs[k] = h->addrs[k];
+			push_query(L, env, &q);
+			lua_rawseti(L, -2, i);
+		}
+		lua_newtable(L);
+		i = 1;
+		for (held_line *l = ls; l; l = l->next) {
+			lua_pushstring(L, l->text);
+			lua_rawseti(L, -2, i++);
+		}
+		px->lua_calls++;
+		if (lsbx_pcall(L, 2, 1, 0) != 0) {
+			snprintf(why, sizeof(why), "the policy check failed: %s",
+				 lsbx_pcall_message(L, -1));
+			for (held_line *l = ls; l; l = l->next)
+				fprintf(stderr, "sbx proxy: %s\n", l->text);
+		} else if (lua_type(L, -1) != LUA_TTABLE) {
+			snprintf(why, sizeof(why), "the policy check gave no verdict");
+		} else {
+			res = lua_gettop(L);
+		}
+		while (ls) {
+			held_line *l = ls;
+			ls = l->next;
+			free(l);
+		}
+		for (i = 1; qs; i++) {
+			sbx_proxy_verdict v;
+			h = qs;
+			qs = h->next;
+			batch_verdict(L, res, i, why, &v);
+			/* pending: Lua answers later with px:decided */
+			if (!(v.pending && !v.allow)) {
+				v.pending = false;
+				sbx_proxy_decided(px->p, h->ticket, &v);
+			}
+			free(h);
+		}
+		lua_settop(L, top);
+	}
+}
+
+/* Around every call into the core: decide and log reach L meanwhile (and
+ * the proxy refuses to be reentered from them); after it, a batch proxy
+ * hands what it held to Lua. */
+static void enter(lua_State *L, lsbx_proxy *px)
+{
+	if (px->L)
+		luaL_error(L, "the proxy is busy (called from its own decide, log or batch)");
+	px->L = L;
+}
+
+static void leave(lua_State *L, lsbx_proxy *px)
+{
+	if (px->batch)
+		flush(L, px);
+	px->L = NULL;
+}
+
 /* px:step([timeout_ms]) */
 static int l_proxy_step(lua_State *L)
 {
@@ -277,9 +505,28 @@ static int l_proxy_step(lua_State *L)
 	int timeout = (int)lsbx_arg_int(L, 2, "timeout_ms", -1, INT32_MAX, 0);
 	sbx_err err = {0};
 
-	px->L = L;
+	enter(L, px);
 	int rc = sbx_proxy_step(px->p, timeout, &err);
-	px->L = NULL;
+	leave(L, px);
+	if (rc < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+int lsbx_proxy_wake(lua_State *L)
+{
+	lsbx_proxy *px = check_proxy(L, 1);
+	int max = (int)lsbx_arg_int(L, 2, "max_steps", 1, 1 << 20, 64);
+	struct pollfd pfd = {sbx_proxy_fd(px->p), POLLIN, 0};
+	sbx_err err = {0};
+	int rc = 0;
+
+	enter(L, px);
+	for (int i = 0; i < max; i++)
+		if ((rc = sbx_proxy_step(px->p, 0, &err)) < 0 || poll(&pfd, 1, 0) != 1)
+			break;
+	leave(L, px);
 	if (rc < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
@@ -294,14 +541,12 @@ static int l_proxy_decided(lua_State *L)
 	sbx_proxy_verdict v;
 
 	luaL_checktype(L, 3, LUA_TTABLE);
-	if (px->L)
-		return luaL_error(L, "px:decided() inside px:step()");
 	memset(&v, 0, sizeof(v));
 	read_verdict(L, 3, &v);
 	v.pending = false;
-	px->L = L;
+	enter(L, px);
 	int rc = sbx_proxy_decided(px->p, (uint64_t)ticket, &v);
-	px->L = NULL;
+	leave(L, px);
 	lua_pushboolean(L, rc == 0);
 	return 1;
 }
@@ -310,7 +555,7 @@ static void push_stats(lua_State *L, const sbx_proxy_stats *s)
 {
 	sbx_proxy_stats st = *s;
 
-	lua_createtable(L, 0, 7);
+	lua_createtable(L, 0, 8);
 #define F(name)                                 \
 	lua_pushnumber(L, (lua_Number)st.name); \
 	lua_setfield(L, -2, #name)
@@ -328,8 +573,12 @@ static int l_proxy_stats(lua_State *L)
 {
 	sbx_proxy_stats st;
 
-	sbx_proxy_get_stats(check_proxy(L, 1)->p, &st);
+	lsbx_proxy *px = check_proxy(L, 1);
+
+	sbx_proxy_get_stats(px->p, &st);
 	push_stats(L, &st);
+	lua_pushnumber(L, (lua_Number)px->lua_calls);
+	lua_setfield(L, -2, "lua_calls");
 	return 1;
 }
 
@@ -339,6 +588,7 @@ static int l_proxy_close(lua_State *L)
 
 	sbx_proxy_free(px->p);
 	px->p = NULL;
+	free_held(px);
 	if (px->ref != LUA_NOREF) {
 		luaL_unref(L, LUA_REGISTRYINDEX, px->ref);
 		px->ref = LUA_NOREF;
@@ -399,9 +649,9 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 			sbx_proxy_get_stats(px->p, &st);
 			(void)!send(stats_fd, &st, sizeof(st), MSG_DONTWAIT | MSG_NOSIGNAL);
 		}
-		px->L = L;
+		enter(L, px);
 		int rc = sbx_proxy_step(px->p, 0, &err);
-		px->L = NULL;
+		leave(L, px);
 		if (rc < 0) {
 			fprintf(stderr, "sbx proxy: %s\n", err.msg);
 			_exit(1);
@@ -503,10 +753,9 @@ static int l_child_tostring(lua_State *L)
 }
 
 static const luaL_Reg proxy_methods[] = {
-	{"add", l_proxy_add},	      {"remove", l_proxy_remove},
-	{"fd", l_proxy_fd},	      {"step", l_proxy_step},
-	{"stats", l_proxy_stats},     {"close", l_proxy_close},
-	{"decided", l_proxy_decided}, {NULL, NULL},
+	{"add", l_proxy_add},	      {"remove", l_proxy_remove}, {"fd", l_proxy_fd},
+	{"step", l_proxy_step},	      {"stats", l_proxy_stats},	  {"close", l_proxy_close},
+	{"decided", l_proxy_decided}, {"wake", lsbx_proxy_wake},  {NULL, NULL},
 };
 
 static const luaL_Reg child_methods[] = {
