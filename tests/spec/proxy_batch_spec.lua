@@ -27,7 +27,7 @@ int close(int fd);
 int poll(struct sbx_pb_pollfd *fds, unsigned long n, int timeout);
 ]])
 local C = ffi.C
-local AF_INET, SOCK_STREAM, SOCK_NONBLOCK = 2, 1, 2048
+local AF_INET, SOCK_STREAM = 2, 1
 local MSG_DONTWAIT, MSG_NOSIGNAL = 64, 16384
 
 local function htons(p) return bit.bor(bit.rshift(p, 8), bit.lshift(bit.band(p, 0xff), 8)) end
