@@ -15,10 +15,6 @@
  *                                   bytes_down, lua_calls }
  *   px:close()
  *
- *   child = core.proxy_spawn(listener_fd, tag, opts)  -- the same proxy in a forked process
- *   child:stats()                                      -- its figures, as px:stats()
- *   child:close()                                      -- ends it
- *
  * decide(q) gets q = { phase = "name" | "addrs", kind, host, port, addrs = {...}, tag,
  * ticket } and returns a verdict table { allow = bool, reason = str, literal = str,
  * resolve = str }, or { pending = true } to answer later with
@@ -36,11 +32,8 @@
  * failed batch go to stderr.  lua_calls counts the calls into Lua (decide,
  * log, batch).
  *
- * On-device hosts (sbxlua, a plain LuaJIT) have no event loop that runs
- * while the caller's script does something else, so a session's proxy
- * runs in a child process forked from the host: it owns a copy of the Lua
- * state (and so of the policy engine), serves the listener, and ends when
- * the session closes it or the host dies.
+ * core.proxy_spawn, the same proxy in a forked child for on-device hosts,
+ * is proxy_child.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,14 +49,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lproxy.h"
 #include "lsbx.h"
 #include "sbx_proxy.h"
 
 #define LSBX_PROXY_MT "sbx.core.proxy"
-#define LSBX_PROXY_CHILD_MT "sbx.core.proxy_child"
 
 /* A question held for the next batch (the core's strings copied). */
-typedef struct held_query {
+struct held_query {
 	struct held_query *next;
 	sbx_proxy_phase phase;
 	uint16_t port;
@@ -73,32 +66,17 @@ typedef struct held_query {
 	char kind[16];
 	char host[256]; /* the core's hosts are at most 255 bytes */
 	char addrs[SBX_PROXY_MAX_ADDRS][64];
-} held_query;
+};
+typedef struct held_query held_query;
 
 /* A log line held for the next batch. */
-typedef struct held_line {
+struct held_line {
 	struct held_line *next;
 	char text[];
-} held_line;
+};
+typedef struct held_line held_line;
 
-typedef struct lsbx_proxy {
-	sbx_proxy *p;
-	lua_State *L; /* set while px:step runs: decide needs it */
-	int ref;      /* registry ref of the userdata's env table { decide, batch, log, tags } */
-	bool batch;   /* decide through batch(queries, logs) */
-	held_query *queries, **queries_end;
-	held_line *lines, **lines_end;
-	uint64_t lua_calls;
-} lsbx_proxy;
-
-typedef struct lsbx_proxy_child {
-	pid_t pid;
-	int ctl; /* our end: closing it ends the child */
-	/* Ask the child for its figures: a byte out, an sbx_proxy_stats back. */
-	int stats_fd;
-} lsbx_proxy_child;
-
-static const char *const proxy_fields[] = {
+const char *const lsbx_proxy_fields[] = {
 	"decide",	   "batch", "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
 	"idle_timeout_ms", NULL,
 };
@@ -263,13 +241,13 @@ static lsbx_proxy *check_proxy(lua_State *L, int idx)
 }
 
 /* Build a proxy from the options table at idx; pushes its userdata. */
-static lsbx_proxy *proxy_create(lua_State *L, int idx)
+lsbx_proxy *lsbx_proxy_create(lua_State *L, int idx)
 {
 	sbx_proxy_cfg cfg;
 	sbx_err err = {0};
 
 	luaL_checktype(L, idx, LUA_TTABLE);
-	lsbx_check_fields(L, idx, "proxy options", proxy_fields);
+	lsbx_check_fields(L, idx, "proxy options", lsbx_proxy_fields);
 	lua_getfield(L, idx, "batch");
 	bool batch = !lua_isnil(L, -1);
 	lua_getfield(L, idx, batch ? "batch" : "decide");
@@ -317,12 +295,12 @@ static lsbx_proxy *proxy_create(lua_State *L, int idx)
 /* core.proxy_new(opts) */
 static int l_proxy_new(lua_State *L)
 {
-	proxy_create(L, 1);
+	lsbx_proxy_create(L, 1);
 	return 1;
 }
 
 /* Tag string -> the small integer the core sees (interned in env.tags). */
-static void *intern_tag(lua_State *L, lsbx_proxy *px, const char *tag, bool create)
+void *lsbx_proxy_intern_tag(lua_State *L, lsbx_proxy *px, const char *tag, bool create)
 {
 	lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
 	lua_getfield(L, -1, "tags");
@@ -348,7 +326,7 @@ static int l_proxy_add(lua_State *L)
 	const char *tag = luaL_checkstring(L, 3);
 	sbx_err err = {0};
 
-	if (sbx_proxy_add_listener(px->p, fd, intern_tag(L, px, tag, true), &err) < 0)
+	if (sbx_proxy_add_listener(px->p, fd, lsbx_proxy_intern_tag(L, px, tag, true), &err) < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
 	return 1;
@@ -358,7 +336,7 @@ static int l_proxy_add(lua_State *L)
 static int l_proxy_remove(lua_State *L)
 {
 	lsbx_proxy *px = check_proxy(L, 1);
-	void *tag = intern_tag(L, px, luaL_checkstring(L, 2), false);
+	void *tag = lsbx_proxy_intern_tag(L, px, luaL_checkstring(L, 2), false);
 
 	if (tag)
 		sbx_proxy_remove(px->p, tag);
@@ -484,14 +462,14 @@ static void flush(lua_State *L, lsbx_proxy *px)
 /* Around every call into the core: decide and log reach L meanwhile (and
  * the proxy refuses to be reentered from them); after it, a batch proxy
  * hands what it held to Lua. */
-static void enter(lua_State *L, lsbx_proxy *px)
+void lsbx_proxy_enter(lua_State *L, lsbx_proxy *px)
 {
 	if (px->L)
 		luaL_error(L, "the proxy is busy (called from its own decide, log or batch)");
 	px->L = L;
 }
 
-static void leave(lua_State *L, lsbx_proxy *px)
+void lsbx_proxy_leave(lua_State *L, lsbx_proxy *px)
 {
 	if (px->batch)
 		flush(L, px);
@@ -505,9 +483,9 @@ static int l_proxy_step(lua_State *L)
 	int timeout = (int)lsbx_arg_int(L, 2, "timeout_ms", -1, INT32_MAX, 0);
 	sbx_err err = {0};
 
-	enter(L, px);
+	lsbx_proxy_enter(L, px);
 	int rc = sbx_proxy_step(px->p, timeout, &err);
-	leave(L, px);
+	lsbx_proxy_leave(L, px);
 	if (rc < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
@@ -522,11 +500,11 @@ int lsbx_proxy_wake(lua_State *L)
 	sbx_err err = {0};
 	int rc = 0;
 
-	enter(L, px);
+	lsbx_proxy_enter(L, px);
 	for (int i = 0; i < max; i++)
 		if ((rc = sbx_proxy_step(px->p, 0, &err)) < 0 || poll(&pfd, 1, 0) != 1)
 			break;
-	leave(L, px);
+	lsbx_proxy_leave(L, px);
 	if (rc < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
@@ -544,14 +522,14 @@ static int l_proxy_decided(lua_State *L)
 	memset(&v, 0, sizeof(v));
 	read_verdict(L, 3, &v);
 	v.pending = false;
-	enter(L, px);
+	lsbx_proxy_enter(L, px);
 	int rc = sbx_proxy_decided(px->p, (uint64_t)ticket, &v);
-	leave(L, px);
+	lsbx_proxy_leave(L, px);
 	lua_pushboolean(L, rc == 0);
 	return 1;
 }
 
-static void push_stats(lua_State *L, const sbx_proxy_stats *s)
+void lsbx_proxy_push_stats(lua_State *L, const sbx_proxy_stats *s)
 {
 	sbx_proxy_stats st = *s;
 
@@ -576,7 +554,7 @@ static int l_proxy_stats(lua_State *L)
 	lsbx_proxy *px = check_proxy(L, 1);
 
 	sbx_proxy_get_stats(px->p, &st);
-	push_stats(L, &st);
+	lsbx_proxy_push_stats(L, &st);
 	lua_pushnumber(L, (lua_Number)px->lua_calls);
 	lua_setfield(L, -2, "lua_calls");
 	return 1;
@@ -603,173 +581,16 @@ static int l_proxy_tostring(lua_State *L)
 	return 1;
 }
 
-/* The child: serve until the host closes ctl or dies.  Never returns. */
-static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, const char *tag,
-						  int ctl, pid_t parent, int stats_fd)
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(0);
-	prctl(PR_SET_NAME, "sbx-proxy");
-	/* Nothing of the host's may stay open here: a session's control
-	 * socket held by us would keep its sandbox alive after the host
-	 * closed it. */
-	int keep[3] = {listener, ctl, stats_fd}, from = 3;
-	for (int i = 0; i < 3; i++) /* sort the three */
-		for (int j = i + 1; j < 3; j++)
-			if (keep[j] < keep[i]) {
-				int t = keep[i];
-				keep[i] = keep[j];
-				keep[j] = t;
-			}
-	for (int i = 0; i < 3; i++) {
-		if (keep[i] > from)
-			syscall(SYS_close_range, (unsigned)from, (unsigned)keep[i] - 1, 0U);
-		from = keep[i] + 1;
-	}
-	syscall(SYS_close_range, (unsigned)from, ~0U, 0U);
-	signal(SIGPIPE, SIG_IGN);
-	lsbx_proxy *px = proxy_create(L, 3);
-	sbx_err err = {0};
-	if (sbx_proxy_add_listener(px->p, listener, intern_tag(L, px, tag, true), &err) < 0) {
-		fprintf(stderr, "sbx proxy: %s\n", err.msg);
-		_exit(1);
-	}
-	for (;;) {
-		struct pollfd pfd[3] = {
-			{sbx_proxy_fd(px->p), POLLIN, 0}, {ctl, POLLIN, 0}, {stats_fd, POLLIN, 0}};
-		if (poll(pfd, 3, 1000) < 0 && errno != EINTR)
-			_exit(1);
-		/* The host closed its end (session closed) or died. */
-		if (pfd[1].revents)
-			_exit(0);
-		char q;
-		if ((pfd[2].revents & POLLIN) && recv(stats_fd, &q, 1, MSG_DONTWAIT) == 1) {
-			sbx_proxy_stats st;
-			sbx_proxy_get_stats(px->p, &st);
-			(void)!send(stats_fd, &st, sizeof(st), MSG_DONTWAIT | MSG_NOSIGNAL);
-		}
-		enter(L, px);
-		int rc = sbx_proxy_step(px->p, 0, &err);
-		leave(L, px);
-		if (rc < 0) {
-			fprintf(stderr, "sbx proxy: %s\n", err.msg);
-			_exit(1);
-		}
-	}
-}
-
-/* core.proxy_spawn(listener_fd, tag, opts) -> child */
-static int l_proxy_spawn(lua_State *L)
-{
-	int listener = (int)lsbx_arg_int(L, 1, "fd", 0, INT32_MAX, -1);
-	const char *tag = luaL_checkstring(L, 2);
-	int ctl[2];
-
-	luaL_checktype(L, 3, LUA_TTABLE);
-	lua_settop(L, 3);
-	lsbx_check_fields(L, 3, "proxy options", proxy_fields);
-	lsbx_proxy_child *c = lua_newuserdata(L, sizeof(*c));
-	c->pid = -1;
-	c->ctl = -1;
-	c->stats_fd = -1;
-	luaL_getmetatable(L, LSBX_PROXY_CHILD_MT);
-	lua_setmetatable(L, -2);
-	if (pipe2(ctl, O_CLOEXEC) != 0)
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "pipe failed");
-	int sp[2];
-	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) != 0) {
-		close(ctl[0]);
-		close(ctl[1]);
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "socketpair failed");
-	}
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(ctl[0]);
-		close(ctl[1]);
-		close(sp[0]);
-		close(sp[1]);
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "fork failed");
-	}
-	if (pid == 0) {
-		close(ctl[1]);
-		lua_pop(L, 1);
-		close(sp[0]);
-		child_serve(L, listener, tag, ctl[0], parent, sp[1]);
-	}
-	close(ctl[0]);
-	close(sp[1]);
-	close(listener);
-	c->stats_fd = sp[0];
-	c->pid = pid;
-	c->ctl = ctl[1];
-	return 1;
-}
-
-static int l_child_close(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-
-	if (c->ctl >= 0) {
-		close(c->ctl);
-		c->ctl = -1;
-	}
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		c->pid = -1;
-	}
-	if (c->stats_fd >= 0) {
-		close(c->stats_fd);
-		c->stats_fd = -1;
-	}
-	return 0;
-}
-
-static int l_child_stats(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-	sbx_proxy_stats st;
-	struct pollfd pfd = {c->stats_fd, POLLIN, 0};
-
-	/* Drop a late answer to an earlier question, ask, wait a moment. */
-	while (c->stats_fd >= 0 && recv(c->stats_fd, &st, sizeof(st), MSG_DONTWAIT) > 0)
-		;
-	if (c->stats_fd < 0 || send(c->stats_fd, "?", 1, MSG_NOSIGNAL) != 1 ||
-	    poll(&pfd, 1, 2000) != 1 || recv(c->stats_fd, &st, sizeof(st), 0) != sizeof(st))
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "the proxy child did not answer");
-	push_stats(L, &st);
-	return 1;
-}
-
-static int l_child_tostring(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-	lua_pushfstring(L, "sbx.core.proxy_child(%d)", (int)c->pid);
-	return 1;
-}
-
 static const luaL_Reg proxy_methods[] = {
 	{"add", l_proxy_add},	      {"remove", l_proxy_remove}, {"fd", l_proxy_fd},
 	{"step", l_proxy_step},	      {"stats", l_proxy_stats},	  {"close", l_proxy_close},
 	{"decided", l_proxy_decided}, {"wake", lsbx_proxy_wake},  {NULL, NULL},
 };
 
-static const luaL_Reg child_methods[] = {
-	{"close", l_child_close},
-	{"stats", l_child_stats},
-	{NULL, NULL},
-};
-
 void lsbx_proxy_register(lua_State *L)
 {
 	lsbx_register_class(L, LSBX_PROXY_MT, proxy_methods, l_proxy_close, l_proxy_tostring);
-	lsbx_register_class(L, LSBX_PROXY_CHILD_MT, child_methods, l_child_close, l_child_tostring);
 	lua_pushcfunction(L, l_proxy_new);
 	lua_setfield(L, -2, "proxy_new");
-	lua_pushcfunction(L, l_proxy_spawn);
-	lua_setfield(L, -2, "proxy_spawn");
+	lsbx_proxy_child_register(L);
 }
