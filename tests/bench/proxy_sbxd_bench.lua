@@ -44,7 +44,7 @@ do
   f:write(sink_py)
   f:close()
 end
-local sink = assert(io.popen("/usr/bin/python3 " .. H.q(sink_path), "r"))
+local sink = assert(io.popen("exec /usr/bin/python3 " .. H.q(sink_path), "r"))
 local sink_pid, port = (sink:read("*l") or ""):match("^(%d+) (%d+)$")
 assert(port, "the sink did not start")
 
