@@ -12,20 +12,24 @@ local T = dofile(here .. "helpers.lua")
 local ffi = require "ffi"
 local bit = require "bit"
 
-pcall(ffi.cdef, [[
-struct sbx_pb_sockaddr_in { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };
-struct sbx_pb_pollfd { int fd; short events; short revents; };
-int socket(int domain, int type, int protocol);
-int bind(int fd, const void *addr, uint32_t len);
-int listen(int fd, int backlog);
-int getsockname(int fd, void *addr, uint32_t *len);
-int connect(int fd, const void *addr, uint32_t len);
-int accept(int fd, void *addr, void *len);
-long send(int fd, const void *buf, size_t n, int flags);
-long recv(int fd, void *buf, size_t n, int flags);
-int close(int fd);
-int poll(struct sbx_pb_pollfd *fds, unsigned long n, int timeout);
-]])
+-- One cdef each: a declaration another spec made first (all specs share
+-- one LuaJIT) must not keep the others out.
+for _, decl in ipairs {
+  "struct sbx_pb_sockaddr_in { uint16_t family; uint16_t port; uint32_t addr; uint8_t zero[8]; };",
+  "struct sbx_pb_pollfd { int fd; short events; short revents; };",
+  "int socket(int domain, int type, int protocol);",
+  "int bind(int fd, const void *addr, uint32_t len);",
+  "int listen(int fd, int backlog);",
+  "int getsockname(int fd, void *addr, uint32_t *len);",
+  "int connect(int fd, const void *addr, uint32_t len);",
+  "int accept(int fd, void *addr, void *len);",
+  "long send(int fd, const void *buf, size_t n, int flags);",
+  "long recv(int fd, void *buf, size_t n, int flags);",
+  "int close(int fd);",
+  "int poll(struct sbx_pb_pollfd *fds, unsigned long n, int timeout);",
+} do
+  pcall(ffi.cdef, decl)
+end
 local C = ffi.C
 local AF_INET, SOCK_STREAM = 2, 1
 local MSG_DONTWAIT, MSG_NOSIGNAL = 64, 16384
