@@ -10,14 +10,21 @@
 -- sink (the sink answers with the count it got, so nothing is lost
 -- silently).  Printed: tunnel throughput (seen by the client), sbxd's CPU
 -- seconds per GiB relayed (/proc/PID/stat, user + system), and the proxy's
--- calls into Lua per MiB (sbxd_proxy_lua_calls_total in /metrics).
+-- calls into Lua per MiB (sbxd_proxy_lua_calls_total in /metrics).  Then,
+-- in a second run, C connections from 8 threads, each a CONNECT, one byte
+-- and its count back: setups per second, sbxd CPU and calls into Lua per
+-- connection.
 --
--- usage: sbxlua tests/bench/proxy_sbxd_bench.lua [-g GiB]
+-- usage: sbxlua tests/bench/proxy_sbxd_bench.lua [-g GiB] [-c connections]
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local ROOT = here .. "../.."
 local H = dofile(ROOT .. "/tests/server/harness.lua")
 
-local gib = tonumber(arg[1] == "-g" and arg[2] or nil) or 1
+local gib, conns = 1, 400
+for i = 1, #arg - 1 do
+  if arg[i] == "-g" then gib = tonumber(arg[i + 1]) end
+  if arg[i] == "-c" then conns = tonumber(arg[i + 1]) end
+end
 local bytes = math.floor(gib * 1024 * 1024 * 1024)
 
 if not H.available() then
@@ -25,18 +32,22 @@ if not H.available() then
   return
 end
 
--- The sink: counts what a connection sends until EOF, answers the count.
+-- The sink: per connection, counts what it sends until EOF, answers the count.
 local sink_py = [[
-import os, socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(4)
+import os, socket, threading
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
 print(os.getpid(), s.getsockname()[1], flush=True)
 s.settimeout(900)  # never outlive a failed benchmark by long
-c, _ = s.accept(); c.settimeout(900); n = 0; buf = bytearray(1 << 20)
+def serve(c):
+    n = 0; buf = bytearray(1 << 20)
+    while True:
+        k = c.recv_into(buf)
+        if not k: break
+        n += k
+    c.sendall(b"%d\n" % n); c.close()
 while True:
-    k = c.recv_into(buf)
-    if not k: break
-    n += k
-c.sendall(b"%d\n" % n); c.close()
+    c, _ = s.accept(); c.settimeout(900)
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
 ]]
 local sink_path = os.tmpname()
 do
@@ -68,6 +79,30 @@ got = s.recv(64).strip().decode()
 dt = time.monotonic() - t0
 print("RESULT sent=%%d got=%%s seconds=%%.3f MiBps=%%.1f" %% (N, got, dt, N / dt / 1048576))
 ]]):format(bytes, port)
+-- The setups, inside the sandbox: 8 threads, C connections in all.
+local setups_py = ([[
+import socket, threading, time
+C = %d; P = %d; bad = []
+def one():
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(b"CONNECT 127.0.0.1:%%d HTTP/1.1\r\nHost: x\r\n\r\n" %% P)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        k = s.recv(4096)
+        if not k: break
+        head += k
+    s.sendall(b"x"); s.shutdown(socket.SHUT_WR)
+    if not head.startswith(b"HTTP/1.1 200 ") or s.recv(64).strip() != b"1": bad.append(head)
+    s.close()
+def worker(n):
+    for _ in range(n): one()
+ts = [threading.Thread(target=worker, args=(C // 8,)) for _ in range(8)]
+t0 = time.monotonic()
+for t in ts: t.start()
+for t in ts: t.join()
+dt = time.monotonic() - t0
+print("SETUPS n=%%d bad=%%d seconds=%%.3f" %% (C // 8 * 8, len(bad), dt))
+]]):format(conns, port)
 local function b64(s)
   local p = io.popen("base64 -w0 > " .. H.q(sink_path .. ".b64"), "w")
   p:write(s)
@@ -78,7 +113,8 @@ local function b64(s)
   os.remove(sink_path .. ".b64")
   return r
 end
-local cmd = ("python3 -c \"import base64;exec(base64.b64decode('%s'))\""):format(b64(client_py))
+local function py(src) return ("python3 -c \"import base64;exec(base64.b64decode('%s'))\""):format(b64(src)) end
+local cmd = py(client_py)
 
 local policy_path = os.tmpname()
 do
@@ -92,11 +128,24 @@ do
   f:write(src)
   f:close()
 end
-local function sink_stop()
-  -- a sink still waiting for its client would hold sink:close()
+-- The sink serves until killed (sink:close() waits for it): on every way out.
+local srv
+local function stop_all()
+  if srv then
+    srv:stop()
+    srv:cleanup()
+    srv = nil
+  end
   os.execute("kill " .. sink_pid .. " 2>/dev/null")
+  sink:close()
+  os.remove(sink_path)
+  os.remove(policy_path)
 end
-local srv = assert(H.start { args = { "--policy", policy_path } })
+local ok, err = pcall(function() srv = assert(H.start { args = { "--policy", policy_path } }) end)
+if not ok then
+  stop_all()
+  error(err, 0)
+end
 local function cpu_s()
   local f = assert(io.open("/proc/" .. srv.pid .. "/stat"))
   local st = f:read("*a")
@@ -112,21 +161,24 @@ local function metric(name)
 end
 
 local JSON = "content-type: application/json"
-local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d",
-  '{"network_mode":"allowlist","network_allowlist":["127.0.0.1/32"]}')
-assert(status == 201, body)
-local sid = H.json_field(body, "id")
+local body, sbody, cpu0, cpu1, cpu2, calls0, calls1, calls2
+ok, err = pcall(function()
+  local status
+  body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d",
+    '{"network_mode":"allowlist","network_allowlist":["127.0.0.1/32"]}')
+  assert(status == 201, body)
+  local sid = H.json_field(body, "id")
 
-local calls0, cpu0 = metric("sbxd_proxy_lua_calls_total"), cpu_s()
-body = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON, "-d",
-  ('{"cmd":"%s","timeout_s":600}'):format(cmd:gsub('"', '\\"')))
-local cpu1, calls1 = cpu_s(), metric("sbxd_proxy_lua_calls_total")
-srv:stop()
-srv:cleanup()
-os.remove(policy_path)
-if not body:find("RESULT", 1, true) then sink_stop() end
-sink:close()
-os.remove(sink_path)
+  calls0, cpu0 = metric("sbxd_proxy_lua_calls_total"), cpu_s()
+  body = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON, "-d",
+    ('{"cmd":"%s","timeout_s":600}'):format(cmd:gsub('"', '\\"')))
+  cpu1, calls1 = cpu_s(), metric("sbxd_proxy_lua_calls_total")
+  sbody = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON, "-d",
+    ('{"cmd":"%s","timeout_s":600}'):format(py(setups_py):gsub('"', '\\"')))
+  cpu2, calls2 = cpu_s(), metric("sbxd_proxy_lua_calls_total")
+end)
+stop_all()
+if not ok then error(err, 0) end
 
 local sent, got, secs, mibps = body:match("RESULT sent=(%d+) got=(%d+) seconds=([%d.]+) MiBps=([%d.]+)")
 if not sent then error("the client failed: " .. body:sub(1, 2000)) end
@@ -138,3 +190,12 @@ print(("%-36s %10.3f"):format("tunnel time (s)", tonumber(secs)))
 print(("%-36s %10.3f"):format("sbxd CPU per GiB (s)", (cpu1 - cpu0) / (mib / 1024)))
 print(("%-36s %10.3f"):format("proxy calls into Lua per MiB", (calls1 - calls0) / mib))
 print(("%-36s %10d"):format("proxy calls into Lua (total)", calls1 - calls0))
+
+local n, bad, ssecs = sbody:match("SETUPS n=(%d+) bad=(%d+) seconds=([%d.]+)")
+if not n then error("the setups failed: " .. sbody:sub(1, 2000)) end
+assert(bad == "0", bad .. " setups failed")
+n = tonumber(n)
+print(("== %d connections (8 threads): CONNECT, 1 byte, its count back"):format(n))
+print(("%-36s %10.1f"):format("connections per second", n / tonumber(ssecs)))
+print(("%-36s %10.3f"):format("sbxd CPU per connection (ms)", (cpu2 - cpu1) * 1000 / n))
+print(("%-36s %10.3f"):format("proxy calls into Lua per connection", (calls2 - calls1) / n))
