@@ -29,7 +29,8 @@
  * same order (a verdict may be { pending = true }).  Relaying bytes,
  * parsing and steps with nothing to decide never enter Lua.  A batch that
  * errors or gives no verdict for a query refuses it; the log lines of a
- * failed batch go to stderr.  lua_calls counts the calls into Lua (decide,
+ * failed batch go to stderr (with batch, no log option).  Neither decide,
+ * log nor batch may add, remove or close (raises: the proxy is busy).  lua_calls counts the calls into Lua (decide,
  * log, batch).
  *
  * core.proxy_spawn, the same proxy in a forked child for on-device hosts,
@@ -240,6 +241,16 @@ static lsbx_proxy *check_proxy(lua_State *L, int idx)
 	return px;
 }
 
+/* Adding, removing and closing change the connections a step or a batch
+ * is working through: never from its decide, log or batch. */
+static lsbx_proxy *check_idle(lua_State *L, int idx)
+{
+	lsbx_proxy *px = check_proxy(L, idx);
+	if (px->L)
+		luaL_error(L, "the proxy is busy (called from its own decide, log or batch)");
+	return px;
+}
+
 /* Build a proxy from the options table at idx; pushes its userdata. */
 lsbx_proxy *lsbx_proxy_create(lua_State *L, int idx)
 {
@@ -257,7 +268,10 @@ lsbx_proxy *lsbx_proxy_create(lua_State *L, int idx)
 	lua_getfield(L, idx, "decide");
 	if (batch && !lua_isnil(L, -1))
 		luaL_error(L, "proxy options: give decide or batch, not both");
-	lua_pop(L, 3);
+	lua_getfield(L, idx, "log");
+	if (batch && !lua_isnil(L, -1))
+		luaL_error(L, "proxy options: batch gets the log lines, give no log");
+	lua_pop(L, 4);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.max_conns = (uint32_t)lsbx_opt_int(L, idx, "max_conns", 0, 1 << 20, 0);
 	cfg.connect_timeout_ms =
@@ -321,7 +335,7 @@ void *lsbx_proxy_intern_tag(lua_State *L, lsbx_proxy *px, const char *tag, bool 
 /* px:add(fd, tag): the proxy takes fd. */
 static int l_proxy_add(lua_State *L)
 {
-	lsbx_proxy *px = check_proxy(L, 1);
+	lsbx_proxy *px = check_idle(L, 1);
 	int fd = (int)lsbx_arg_int(L, 2, "fd", 0, INT32_MAX, -1);
 	const char *tag = luaL_checkstring(L, 3);
 	sbx_err err = {0};
@@ -335,7 +349,7 @@ static int l_proxy_add(lua_State *L)
 /* px:remove(tag) */
 static int l_proxy_remove(lua_State *L)
 {
-	lsbx_proxy *px = check_proxy(L, 1);
+	lsbx_proxy *px = check_idle(L, 1);
 	void *tag = lsbx_proxy_intern_tag(L, px, luaL_checkstring(L, 2), false);
 
 	if (tag)
@@ -564,6 +578,10 @@ static int l_proxy_close(lua_State *L)
 {
 	lsbx_proxy *px = luaL_checkudata(L, 1, LSBX_PROXY_MT);
 
+	/* (never set when collected: a running step holds the userdata) */
+	if (px->L)
+		return luaL_error(L,
+				  "the proxy is busy (called from its own decide, log or batch)");
 	sbx_proxy_free(px->p);
 	px->p = NULL;
 	free_held(px);

@@ -133,6 +133,29 @@ describe_core("proxy batch mode", function()
     local ok, err = pcall(core.proxy_new, { batch = function() end, decide = function() end })
     assert.is_false(ok)
     assert.is_truthy(tostring(err):find("not both", 1, true), tostring(err))
+    ok, err = pcall(core.proxy_new, { batch = function() end, log = function() end })
+    assert.is_false(ok)
+    assert.is_truthy(tostring(err):find("give no log", 1, true), tostring(err))
+  end)
+
+  it("refuses to be closed from its own batch, and the question is refused", function()
+    local px
+    local errs = {}
+    px = core.proxy_new { batch = function(queries)
+      for _, f in ipairs { "close", "remove" } do
+        local ok, err = pcall(px[f], px, "t")
+        errs[#errs + 1] = not ok and tostring(err) or (f .. " went through")
+      end
+      return #queries > 0 and { { allow = false, reason = "no" } } or {}
+    end }
+    local lfd, lport = listener()
+    assert(px:add(lfd, "t"))
+    local a = track(client(lport, connect_head(1)))
+    local got = answers(px, { a })
+    assert.is_truthy(got[1]:find("^HTTP/1.1 403 "), got[1])
+    assert.is_true(#errs >= 2)
+    for _, e in ipairs(errs) do assert.is_truthy(e:find("busy", 1, true), e) end
+    px:close()
   end)
 
   it("decides every connection of one wake-up in one call per round, and relays without Lua", function()
