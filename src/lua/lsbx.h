@@ -44,6 +44,10 @@ void lsbx_run_register(lua_State *L);
 
 /* Add proxy_new and proxy_spawn to the module table on the stack top. */
 void lsbx_proxy_register(lua_State *L);
+/* px:wake([max_steps]) as a lua_CFunction, for a host whose loop watches
+ * px:fd() (sbxd): steps while the fd stays readable, then one batch into
+ * Lua if anything waits for a verdict or is to be logged. */
+int lsbx_proxy_wake(lua_State *L);
 
 /* Register the metatable of a userdata class: methods as __index, gc and
  * tostring as metamethods, and the name as __metatable so Lua code can

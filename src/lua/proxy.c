@@ -1,20 +1,19 @@
 /*
  * proxy.c: the allow-list proxy (src/core/sbx_proxy.h) as Lua sees it.
  *
- *   px = core.proxy_new{ decide = fn, log = fn, max_conns =, connect_timeout_ms =,
- *                        header_timeout_ms =, idle_timeout_ms = }
+ *   px = core.proxy_new{ decide = fn | batch = fn, log = fn, max_conns =,
+ *                        connect_timeout_ms =, header_timeout_ms =, idle_timeout_ms = }
  *   px:add(listener_fd, tag)   -- serve a listener; tag is a string (a session id)
  *   px:remove(tag)             -- close its listeners and connections
  *   px:fd()                    -- readable when px:step has work (for an event loop)
  *   px:step(timeout_ms)        -- handle what is ready; true | nil, kind, msg
+ *   px:wake([max_steps])       -- the fd is readable: step (never waiting) while it
+ *                                 stays so, at most max_steps (64) times; true | nil, kind, msg
  *   px:decided(ticket, verdict) -- the verdict a decide left pending; false
  *                                  when the connection is gone meanwhile
- *   px:stats()                 -- { accepted, allowed, refused, failed, active, bytes_up, bytes_down }
+ *   px:stats()                 -- { accepted, allowed, refused, failed, active, bytes_up,
+ *                                   bytes_down, lua_calls }
  *   px:close()
- *
- *   child = core.proxy_spawn(listener_fd, tag, opts)  -- the same proxy in a forked process
- *   child:stats()                                      -- its figures, as px:stats()
- *   child:close()                                      -- ends it
  *
  * decide(q) gets q = { phase = "name" | "addrs", kind, host, port, addrs = {...}, tag,
  * ticket } and returns a verdict table { allow = bool, reason = str, literal = str,
@@ -23,11 +22,19 @@
  * allowing verdict denies: a decide that errors, returns garbage or takes a
  * wrong turn refuses the connection (fail closed) and says why in the log.
  *
- * On-device hosts (sbxlua, a plain LuaJIT) have no event loop that runs
- * while the caller's script does something else, so a session's proxy
- * runs in a child process forked from the host: it owns a copy of the Lua
- * state (and so of the policy engine), serves the listener, and ends when
- * the session closes it or the host dies.
+ * batch(queries, logs) replaces decide where every entry into Lua counts
+ * (sbxd's loop): the proxy holds the questions and log lines of a step or
+ * a wake-up and hands them over in one call, queries = { q, ... } as
+ * decide's, logs = { line, ... }, and batch returns { verdict, ... } in the
+ * same order (a verdict may be { pending = true }).  Relaying bytes,
+ * parsing and steps with nothing to decide never enter Lua.  A batch that
+ * errors or gives no verdict for a query refuses it; the log lines of a
+ * failed batch go to stderr (with batch, no log option).  Neither decide,
+ * log nor batch may add, remove or close (raises: the proxy is busy).  lua_calls counts the calls into Lua (decide,
+ * log, batch).
+ *
+ * core.proxy_spawn, the same proxy in a forked child for on-device hosts,
+ * is proxy_child.c.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -43,27 +50,35 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lproxy.h"
 #include "lsbx.h"
 #include "sbx_proxy.h"
 
 #define LSBX_PROXY_MT "sbx.core.proxy"
-#define LSBX_PROXY_CHILD_MT "sbx.core.proxy_child"
 
-typedef struct lsbx_proxy {
-	sbx_proxy *p;
-	lua_State *L; /* set while px:step runs: decide needs it */
-	int ref;      /* registry ref of the userdata's env table { decide, log, tags } */
-} lsbx_proxy;
+/* A question held for the next batch (the core's strings copied). */
+struct held_query {
+	struct held_query *next;
+	sbx_proxy_phase phase;
+	uint16_t port;
+	void *tag;
+	uint64_t ticket;
+	size_t n_addrs;
+	char kind[16];
+	char host[256]; /* the core's hosts are at most 255 bytes */
+	char addrs[SBX_PROXY_MAX_ADDRS][64];
+};
+typedef struct held_query held_query;
 
-typedef struct lsbx_proxy_child {
-	pid_t pid;
-	int ctl; /* our end: closing it ends the child */
-	/* Ask the child for its figures: a byte out, an sbx_proxy_stats back. */
-	int stats_fd;
-} lsbx_proxy_child;
+/* A log line held for the next batch. */
+struct held_line {
+	struct held_line *next;
+	char text[];
+};
+typedef struct held_line held_line;
 
-static const char *const proxy_fields[] = {
-	"decide",	   "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
+const char *const lsbx_proxy_fields[] = {
+	"decide",	   "batch", "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
 	"idle_timeout_ms", NULL,
 };
 
@@ -97,19 +112,9 @@ static void read_verdict(lua_State *L, int t, sbx_proxy_verdict *v)
 	lua_pop(L, 2);
 }
 
-static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+/* Push decide's q table for q (env: the index of the env table). */
+static void push_query(lua_State *L, int env, const sbx_proxy_query *q)
 {
-	lsbx_proxy *px = ud;
-	lua_State *L = px->L;
-
-	if (!L) {
-		snprintf(v->reason, sizeof(v->reason), "the proxy has no policy to ask");
-		return;
-	}
-	int top = lua_gettop(L);
-	lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
-	int env = lua_gettop(L);
-	lua_getfield(L, env, "decide");
 	lua_createtable(L, 0, 6);
 	lua_pushstring(L, q->phase == SBX_PROXY_NAME ? "name" : "addrs");
 	lua_setfield(L, -2, "phase");
@@ -129,6 +134,57 @@ static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
 	lua_setfield(L, -2, "tag");
 	lua_pushnumber(L, (lua_Number)q->ticket);
 	lua_setfield(L, -2, "ticket");
+}
+
+/* Batch mode: hold q for the next batch; the connection waits (pending). */
+static void hold_query(lsbx_proxy *px, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+{
+	held_query *h = calloc(1, sizeof(*h));
+	bool fits = h && q->n_addrs <= SBX_PROXY_MAX_ADDRS &&
+		    (size_t)snprintf(h->host, sizeof(h->host), "%s", q->host ? q->host : "") <
+			    sizeof(h->host) &&
+		    (size_t)snprintf(h->kind, sizeof(h->kind), "%s", q->kind ? q->kind : "?") <
+			    sizeof(h->kind);
+
+	for (size_t i = 0; fits && i < q->n_addrs; i++)
+		fits = (size_t)snprintf(h->addrs[i], sizeof(h->addrs[i]), "%s", q->addrs[i]) <
+		       sizeof(h->addrs[i]);
+	if (!fits) {
+		/* Never decide on a truncated copy. */
+		snprintf(v->reason, sizeof(v->reason), "%s",
+			 h ? "the query does not fit the policy batch" : "out of memory");
+		free(h);
+		return;
+	}
+	h->phase = q->phase;
+	h->port = q->port;
+	h->tag = q->tag;
+	h->ticket = q->ticket;
+	h->n_addrs = q->n_addrs;
+	*px->queries_end = h;
+	px->queries_end = &h->next;
+	v->pending = true;
+}
+
+static void decide(void *ud, const sbx_proxy_query *q, sbx_proxy_verdict *v)
+{
+	lsbx_proxy *px = ud;
+	lua_State *L = px->L;
+
+	if (px->batch) {
+		hold_query(px, q, v);
+		return;
+	}
+	if (!L) {
+		snprintf(v->reason, sizeof(v->reason), "the proxy has no policy to ask");
+		return;
+	}
+	int top = lua_gettop(L);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
+	int env = lua_gettop(L);
+	lua_getfield(L, env, "decide");
+	push_query(L, env, q);
+	px->lua_calls++;
 	if (lsbx_pcall(L, 1, 1, 0) != 0) {
 		snprintf(v->reason, sizeof(v->reason), "the policy check failed: %s",
 			 lsbx_pcall_message(L, -1));
@@ -145,6 +201,19 @@ static void log_line(void *ud, const char *line)
 	lsbx_proxy *px = ud;
 	lua_State *L = px->L;
 
+	if (px->batch) {
+		size_t n = strlen(line) + 1;
+		held_line *h = malloc(sizeof(*h) + n);
+		if (!h) {
+			fprintf(stderr, "sbx proxy: %s\n", line);
+			return;
+		}
+		memcpy(h->text, line, n);
+		h->next = NULL;
+		*px->lines_end = h;
+		px->lines_end = &h->next;
+		return;
+	}
 	if (!L) {
 		fprintf(stderr, "sbx proxy: %s\n", line);
 		return;
@@ -154,6 +223,7 @@ static void log_line(void *ud, const char *line)
 	lua_getfield(L, -1, "log");
 	if (lua_isfunction(L, -1)) {
 		lua_pushstring(L, line);
+		px->lua_calls++;
 		if (lsbx_pcall(L, 1, 0, 0) != 0)
 			fprintf(stderr, "sbx proxy: %s (log failed: %s)\n", line,
 				lsbx_pcall_message(L, -1));
@@ -171,18 +241,37 @@ static lsbx_proxy *check_proxy(lua_State *L, int idx)
 	return px;
 }
 
+/* Adding, removing and closing change the connections a step or a batch
+ * is working through: never from its decide, log or batch. */
+static lsbx_proxy *check_idle(lua_State *L, int idx)
+{
+	lsbx_proxy *px = check_proxy(L, idx);
+	if (px->L)
+		luaL_error(L, "the proxy is busy (called from its own decide, log or batch)");
+	return px;
+}
+
 /* Build a proxy from the options table at idx; pushes its userdata. */
-static lsbx_proxy *proxy_create(lua_State *L, int idx)
+lsbx_proxy *lsbx_proxy_create(lua_State *L, int idx)
 {
 	sbx_proxy_cfg cfg;
 	sbx_err err = {0};
 
 	luaL_checktype(L, idx, LUA_TTABLE);
-	lsbx_check_fields(L, idx, "proxy options", proxy_fields);
-	lua_getfield(L, idx, "decide");
+	lsbx_check_fields(L, idx, "proxy options", lsbx_proxy_fields);
+	lua_getfield(L, idx, "batch");
+	bool batch = !lua_isnil(L, -1);
+	lua_getfield(L, idx, batch ? "batch" : "decide");
 	if (!lua_isfunction(L, -1))
-		luaL_error(L, "field 'decide': function expected, got %s", luaL_typename(L, -1));
-	lua_pop(L, 1);
+		luaL_error(L, "field '%s': function expected, got %s", batch ? "batch" : "decide",
+			   luaL_typename(L, -1));
+	lua_getfield(L, idx, "decide");
+	if (batch && !lua_isnil(L, -1))
+		luaL_error(L, "proxy options: give decide or batch, not both");
+	lua_getfield(L, idx, "log");
+	if (batch && !lua_isnil(L, -1))
+		luaL_error(L, "proxy options: batch gets the log lines, give no log");
+	lua_pop(L, 4);
 	memset(&cfg, 0, sizeof(cfg));
 	cfg.max_conns = (uint32_t)lsbx_opt_int(L, idx, "max_conns", 0, 1 << 20, 0);
 	cfg.connect_timeout_ms =
@@ -191,14 +280,18 @@ static lsbx_proxy *proxy_create(lua_State *L, int idx)
 	cfg.idle_timeout_ms = (uint32_t)lsbx_opt_int(L, idx, "idle_timeout_ms", 0, 86400000, 0);
 
 	lsbx_proxy *px = lua_newuserdata(L, sizeof(*px));
-	px->p = NULL;
-	px->L = NULL;
+	memset(px, 0, sizeof(*px));
 	px->ref = LUA_NOREF;
+	px->batch = batch;
+	px->queries_end = &px->queries;
+	px->lines_end = &px->lines;
 	luaL_getmetatable(L, LSBX_PROXY_MT);
 	lua_setmetatable(L, -2);
-	lua_createtable(L, 0, 3);
+	lua_createtable(L, 0, 4);
 	lua_getfield(L, idx, "decide");
 	lua_setfield(L, -2, "decide");
+	lua_getfield(L, idx, "batch");
+	lua_setfield(L, -2, "batch");
 	lua_getfield(L, idx, "log");
 	lua_setfield(L, -2, "log");
 	lua_newtable(L);
@@ -216,12 +309,12 @@ static lsbx_proxy *proxy_create(lua_State *L, int idx)
 /* core.proxy_new(opts) */
 static int l_proxy_new(lua_State *L)
 {
-	proxy_create(L, 1);
+	lsbx_proxy_create(L, 1);
 	return 1;
 }
 
 /* Tag string -> the small integer the core sees (interned in env.tags). */
-static void *intern_tag(lua_State *L, lsbx_proxy *px, const char *tag, bool create)
+void *lsbx_proxy_intern_tag(lua_State *L, lsbx_proxy *px, const char *tag, bool create)
 {
 	lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
 	lua_getfield(L, -1, "tags");
@@ -242,12 +335,12 @@ static void *intern_tag(lua_State *L, lsbx_proxy *px, const char *tag, bool crea
 /* px:add(fd, tag): the proxy takes fd. */
 static int l_proxy_add(lua_State *L)
 {
-	lsbx_proxy *px = check_proxy(L, 1);
+	lsbx_proxy *px = check_idle(L, 1);
 	int fd = (int)lsbx_arg_int(L, 2, "fd", 0, INT32_MAX, -1);
 	const char *tag = luaL_checkstring(L, 3);
 	sbx_err err = {0};
 
-	if (sbx_proxy_add_listener(px->p, fd, intern_tag(L, px, tag, true), &err) < 0)
+	if (sbx_proxy_add_listener(px->p, fd, lsbx_proxy_intern_tag(L, px, tag, true), &err) < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
 	return 1;
@@ -256,8 +349,8 @@ static int l_proxy_add(lua_State *L)
 /* px:remove(tag) */
 static int l_proxy_remove(lua_State *L)
 {
-	lsbx_proxy *px = check_proxy(L, 1);
-	void *tag = intern_tag(L, px, luaL_checkstring(L, 2), false);
+	lsbx_proxy *px = check_idle(L, 1);
+	void *tag = lsbx_proxy_intern_tag(L, px, luaL_checkstring(L, 2), false);
 
 	if (tag)
 		sbx_proxy_remove(px->p, tag);
@@ -270,6 +363,133 @@ static int l_proxy_fd(lua_State *L)
 	return 1;
 }
 
+static void free_held(lsbx_proxy *px)
+{
+	while (px->queries) {
+		held_query *h = px->queries;
+		px->queries = h->next;
+		free(h);
+	}
+	while (px->lines) {
+		held_line *h = px->lines;
+		px->lines = h->next;
+		free(h);
+	}
+	px->queries_end = &px->queries;
+	px->lines_end = &px->lines;
+}
+
+/* The verdict batch's result (at res, or none: res 0 with why) gives the
+ * i-th query (1-based). */
+static void batch_verdict(lua_State *L, int res, int i, const char *why, sbx_proxy_verdict *v)
+{
+	memset(v, 0, sizeof(*v));
+	if (!res) {
+		snprintf(v->reason, sizeof(v->reason), "%s", why);
+		return;
+	}
+	lua_rawgeti(L, res, i);
+	if (lua_type(L, -1) == LUA_TTABLE)
+		read_verdict(L, lua_gettop(L), v);
+	else
+		snprintf(v->reason, sizeof(v->reason), "the policy check gave no verdict");
+	lua_pop(L, 1);
+}
+
+/*
+ * Batch mode: hand the held questions and log lines to batch(queries,
+ * logs) in one call and give the core its verdicts.  A verdict can raise
+ * the next question (ADDRS after NAME) or a log line: another round.  The
+ * rounds end: a connection asks at most twice, then dials, resolves
+ * (answered in a later step) or is refused.  px->L is L meanwhile, so
+ * batch cannot reenter px:step or px:decided.
+ */
+static void flush(lua_State *L, lsbx_proxy *px)
+{
+	while (px->queries || px->lines) {
+		held_query *qs = px->queries, *h;
+		held_line *ls = px->lines;
+		int top = lua_gettop(L), res = 0, i;
+		char why[300] = "";
+
+		px->queries = NULL;
+		px->queries_end = &px->queries;
+		px->lines = NULL;
+		px->lines_end = &px->lines;
+		lua_rawgeti(L, LUA_REGISTRYINDEX, px->ref);
+		int env = lua_gettop(L);
+		lua_getfield(L, env, "batch");
+		lua_newtable(L);
+		for (h = qs, i = 1; h; h = h->next, i++) {
+			const char *ptrs[SBX_PROXY_MAX_ADDRS];
+			sbx_proxy_query q = {.phase = h->phase,
+					     .kind = h->kind,
+					     .host = h->host,
+					     .port = h->port,
+					     .addrs = ptrs,
+					     .n_addrs = h->n_addrs,
+					     .tag = h->tag,
+					     .ticket = h->ticket};
+			for (size_t k = 0; k < h->n_addrs; k++)
+				ptrs[k] = h->addrs[k];
+			push_query(L, env, &q);
+			lua_rawseti(L, -2, i);
+		}
+		lua_newtable(L);
+		i = 1;
+		for (held_line *l = ls; l; l = l->next) {
+			lua_pushstring(L, l->text);
+			lua_rawseti(L, -2, i++);
+		}
+		px->lua_calls++;
+		if (lsbx_pcall(L, 2, 1, 0) != 0) {
+			snprintf(why, sizeof(why), "the policy check failed: %s",
+				 lsbx_pcall_message(L, -1));
+			for (held_line *l = ls; l; l = l->next)
+				fprintf(stderr, "sbx proxy: %s\n", l->text);
+		} else if (lua_type(L, -1) != LUA_TTABLE) {
+			snprintf(why, sizeof(why), "the policy check gave no verdict");
+		} else {
+			res = lua_gettop(L);
+		}
+		while (ls) {
+			held_line *l = ls;
+			ls = l->next;
+			free(l);
+		}
+		for (i = 1; qs; i++) {
+			sbx_proxy_verdict v;
+			h = qs;
+			qs = h->next;
+			batch_verdict(L, res, i, why, &v);
+			/* pending: Lua answers later with px:decided */
+			if (!(v.pending && !v.allow)) {
+				v.pending = false;
+				sbx_proxy_decided(px->p, h->ticket, &v);
+			}
+			free(h);
+		}
+		lua_settop(L, top);
+	}
+}
+
+/* Around every call into the core: decide and log reach L meanwhile (and
+ * the proxy refuses to be reentered from them); after it, a batch proxy
+ * hands what it held to Lua. */
+void lsbx_proxy_enter(lua_State *L, lsbx_proxy *px)
+{
+	if (px->L)
+		luaL_error(L, "the proxy is busy (called from its own decide, log or batch)");
+	px->L = L;
+}
+
+void lsbx_proxy_leave(lua_State *L, lsbx_proxy *px)
+{
+	if (px->batch)
+		flush(L, px);
+	px->L = NULL;
+}
+
 /* px:step([timeout_ms]) */
 static int l_proxy_step(lua_State *L)
 {
@@ -277,9 +497,28 @@ static int l_proxy_step(lua_State *L)
 	int timeout = (int)lsbx_arg_int(L, 2, "timeout_ms", -1, INT32_MAX, 0);
 	sbx_err err = {0};
 
-	px->L = L;
+	lsbx_proxy_enter(L, px);
 	int rc = sbx_proxy_step(px->p, timeout, &err);
-	px->L = NULL;
+	lsbx_proxy_leave(L, px);
+	if (rc < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+int lsbx_proxy_wake(lua_State *L)
+{
+	lsbx_proxy *px = check_proxy(L, 1);
+	int max = (int)lsbx_arg_int(L, 2, "max_steps", 1, 1 << 20, 64);
+	struct pollfd pfd = {sbx_proxy_fd(px->p), POLLIN, 0};
+	sbx_err err = {0};
+	int rc = 0;
+
+	lsbx_proxy_enter(L, px);
+	for (int i = 0; i < max; i++)
+		if ((rc = sbx_proxy_step(px->p, 0, &err)) < 0 || poll(&pfd, 1, 0) != 1)
+			break;
+	lsbx_proxy_leave(L, px);
 	if (rc < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
@@ -294,23 +533,21 @@ static int l_proxy_decided(lua_State *L)
 	sbx_proxy_verdict v;
 
 	luaL_checktype(L, 3, LUA_TTABLE);
-	if (px->L)
-		return luaL_error(L, "px:decided() inside px:step()");
 	memset(&v, 0, sizeof(v));
 	read_verdict(L, 3, &v);
 	v.pending = false;
-	px->L = L;
+	lsbx_proxy_enter(L, px);
 	int rc = sbx_proxy_decided(px->p, (uint64_t)ticket, &v);
-	px->L = NULL;
+	lsbx_proxy_leave(L, px);
 	lua_pushboolean(L, rc == 0);
 	return 1;
 }
 
-static void push_stats(lua_State *L, const sbx_proxy_stats *s)
+void lsbx_proxy_push_stats(lua_State *L, const sbx_proxy_stats *s)
 {
 	sbx_proxy_stats st = *s;
 
-	lua_createtable(L, 0, 7);
+	lua_createtable(L, 0, 8);
 #define F(name)                                 \
 	lua_pushnumber(L, (lua_Number)st.name); \
 	lua_setfield(L, -2, #name)
@@ -328,8 +565,12 @@ static int l_proxy_stats(lua_State *L)
 {
 	sbx_proxy_stats st;
 
-	sbx_proxy_get_stats(check_proxy(L, 1)->p, &st);
-	push_stats(L, &st);
+	lsbx_proxy *px = check_proxy(L, 1);
+
+	sbx_proxy_get_stats(px->p, &st);
+	lsbx_proxy_push_stats(L, &st);
+	lua_pushnumber(L, (lua_Number)px->lua_calls);
+	lua_setfield(L, -2, "lua_calls");
 	return 1;
 }
 
@@ -337,8 +578,13 @@ static int l_proxy_close(lua_State *L)
 {
 	lsbx_proxy *px = luaL_checkudata(L, 1, LSBX_PROXY_MT);
 
+	/* (never set when collected: a running step holds the userdata) */
+	if (px->L)
+		return luaL_error(L,
+				  "the proxy is busy (called from its own decide, log or batch)");
 	sbx_proxy_free(px->p);
 	px->p = NULL;
+	free_held(px);
 	if (px->ref != LUA_NOREF) {
 		luaL_unref(L, LUA_REGISTRYINDEX, px->ref);
 		px->ref = LUA_NOREF;
@@ -353,174 +599,16 @@ static int l_proxy_tostring(lua_State *L)
 	return 1;
 }
 
-/* The child: serve until the host closes ctl or dies.  Never returns. */
-static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, const char *tag,
-						  int ctl, pid_t parent, int stats_fd)
-{
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != parent)
-		_exit(0);
-	prctl(PR_SET_NAME, "sbx-proxy");
-	/* Nothing of the host's may stay open here: a session's control
-	 * socket held by us would keep its sandbox alive after the host
-	 * closed it. */
-	int keep[3] = {listener, ctl, stats_fd}, from = 3;
-	for (int i = 0; i < 3; i++) /* sort the three */
-		for (int j = i + 1; j < 3; j++)
-			if (keep[j] < keep[i]) {
-				int t = keep[i];
-				keep[i] = keep[j];
-				keep[j] = t;
-			}
-	for (int i = 0; i < 3; i++) {
-		if (keep[i] > from)
-			syscall(SYS_close_range, (unsigned)from, (unsigned)keep[i] - 1, 0U);
-		from = keep[i] + 1;
-	}
-	syscall(SYS_close_range, (unsigned)from, ~0U, 0U);
-	signal(SIGPIPE, SIG_IGN);
-	lsbx_proxy *px = proxy_create(L, 3);
-	sbx_err err = {0};
-	if (sbx_proxy_add_listener(px->p, listener, intern_tag(L, px, tag, true), &err) < 0) {
-		fprintf(stderr, "sbx proxy: %s\n", err.msg);
-		_exit(1);
-	}
-	for (;;) {
-		struct pollfd pfd[3] = {
-			{sbx_proxy_fd(px->p), POLLIN, 0}, {ctl, POLLIN, 0}, {stats_fd, POLLIN, 0}};
-		if (poll(pfd, 3, 1000) < 0 && errno != EINTR)
-			_exit(1);
-		/* The host closed its end (session closed) or died. */
-		if (pfd[1].revents)
-			_exit(0);
-		char q;
-		if ((pfd[2].revents & POLLIN) && recv(stats_fd, &q, 1, MSG_DONTWAIT) == 1) {
-			sbx_proxy_stats st;
-			sbx_proxy_get_stats(px->p, &st);
-			(void)!send(stats_fd, &st, sizeof(st), MSG_DONTWAIT | MSG_NOSIGNAL);
-		}
-		px->L = L;
-		int rc = sbx_proxy_step(px->p, 0, &err);
-		px->L = NULL;
-		if (rc < 0) {
-			fprintf(stderr, "sbx proxy: %s\n", err.msg);
-			_exit(1);
-		}
-	}
-}
-
-/* core.proxy_spawn(listener_fd, tag, opts) -> child */
-static int l_proxy_spawn(lua_State *L)
-{
-	int listener = (int)lsbx_arg_int(L, 1, "fd", 0, INT32_MAX, -1);
-	const char *tag = luaL_checkstring(L, 2);
-	int ctl[2];
-
-	luaL_checktype(L, 3, LUA_TTABLE);
-	lua_settop(L, 3);
-	lsbx_check_fields(L, 3, "proxy options", proxy_fields);
-	lsbx_proxy_child *c = lua_newuserdata(L, sizeof(*c));
-	c->pid = -1;
-	c->ctl = -1;
-	c->stats_fd = -1;
-	luaL_getmetatable(L, LSBX_PROXY_CHILD_MT);
-	lua_setmetatable(L, -2);
-	if (pipe2(ctl, O_CLOEXEC) != 0)
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "pipe failed");
-	int sp[2];
-	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sp) != 0) {
-		close(ctl[0]);
-		close(ctl[1]);
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "socketpair failed");
-	}
-	pid_t parent = getpid();
-	fflush(NULL);
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(ctl[0]);
-		close(ctl[1]);
-		close(sp[0]);
-		close(sp[1]);
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "fork failed");
-	}
-	if (pid == 0) {
-		close(ctl[1]);
-		lua_pop(L, 1);
-		close(sp[0]);
-		child_serve(L, listener, tag, ctl[0], parent, sp[1]);
-	}
-	close(ctl[0]);
-	close(sp[1]);
-	close(listener);
-	c->stats_fd = sp[0];
-	c->pid = pid;
-	c->ctl = ctl[1];
-	return 1;
-}
-
-static int l_child_close(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-
-	if (c->ctl >= 0) {
-		close(c->ctl);
-		c->ctl = -1;
-	}
-	if (c->pid > 0) {
-		kill(c->pid, SIGKILL);
-		while (waitpid(c->pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		c->pid = -1;
-	}
-	if (c->stats_fd >= 0) {
-		close(c->stats_fd);
-		c->stats_fd = -1;
-	}
-	return 0;
-}
-
-static int l_child_stats(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-	sbx_proxy_stats st;
-	struct pollfd pfd = {c->stats_fd, POLLIN, 0};
-
-	/* Drop a late answer to an earlier question, ask, wait a moment. */
-	while (c->stats_fd >= 0 && recv(c->stats_fd, &st, sizeof(st), MSG_DONTWAIT) > 0)
-		;
-	if (c->stats_fd < 0 || send(c->stats_fd, "?", 1, MSG_NOSIGNAL) != 1 ||
-	    poll(&pfd, 1, 2000) != 1 || recv(c->stats_fd, &st, sizeof(st), 0) != sizeof(st))
-		return lsbx_push_fail(L, SBX_E_EXECUTION, "the proxy child did not answer");
-	push_stats(L, &st);
-	return 1;
-}
-
-static int l_child_tostring(lua_State *L)
-{
-	lsbx_proxy_child *c = luaL_checkudata(L, 1, LSBX_PROXY_CHILD_MT);
-	lua_pushfstring(L, "sbx.core.proxy_child(%d)", (int)c->pid);
-	return 1;
-}
-
 static const luaL_Reg proxy_methods[] = {
-	{"add", l_proxy_add},	      {"remove", l_proxy_remove},
-	{"fd", l_proxy_fd},	      {"step", l_proxy_step},
-	{"stats", l_proxy_stats},     {"close", l_proxy_close},
-	{"decided", l_proxy_decided}, {NULL, NULL},
-};
-
-static const luaL_Reg child_methods[] = {
-	{"close", l_child_close},
-	{"stats", l_child_stats},
-	{NULL, NULL},
+	{"add", l_proxy_add},	      {"remove", l_proxy_remove}, {"fd", l_proxy_fd},
+	{"step", l_proxy_step},	      {"stats", l_proxy_stats},	  {"close", l_proxy_close},
+	{"decided", l_proxy_decided}, {"wake", lsbx_proxy_wake},  {NULL, NULL},
 };
 
 void lsbx_proxy_register(lua_State *L)
 {
 	lsbx_register_class(L, LSBX_PROXY_MT, proxy_methods, l_proxy_close, l_proxy_tostring);
-	lsbx_register_class(L, LSBX_PROXY_CHILD_MT, child_methods, l_child_close, l_child_tostring);
 	lua_pushcfunction(L, l_proxy_new);
 	lua_setfield(L, -2, "proxy_new");
-	lua_pushcfunction(L, l_proxy_spawn);
-	lua_setfield(L, -2, "proxy_spawn");
+	lsbx_proxy_child_register(L);
 }

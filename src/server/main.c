@@ -144,14 +144,14 @@ static int lua_start(sbx_srv *S)
 	S->shutdown_ref = field_ref(L, -1, "shutdown");
 	S->reload_ref = field_ref(L, -1, "reload_policy");
 	S->proxy_fd_ref = field_ref(L, -1, "proxy_fd");
-	S->proxy_step_ref = field_ref(L, -1, "proxy_step");
+	S->proxy_ref = field_ref(L, -1, "proxy");
 	S->hook_answer_ref = field_ref(L, -1, "hook_answer");
 	lua_pop(L, 1);
 	if (S->handle_ref == LUA_NOREF || S->tick_ref == LUA_NOREF || S->stats_ref == LUA_NOREF ||
 	    S->shutdown_ref == LUA_NOREF || S->reload_ref == LUA_NOREF ||
-	    S->proxy_fd_ref == LUA_NOREF || S->proxy_step_ref == LUA_NOREF) {
+	    S->proxy_fd_ref == LUA_NOREF || S->proxy_ref == LUA_NOREF) {
 		fprintf(stderr, "sbxd: sbx.server lacks handle/tick/stats/shutdown/reload_policy/"
-				"proxy_fd/proxy_step\n");
+				"proxy_fd/proxy\n");
 		return -1;
 	}
 	return 0;
@@ -188,19 +188,27 @@ static void on_second(h2o_timeout_entry_t *e)
 }
 
 /* The proxy has work: connections to accept, bytes to move, names
- * resolved.  Its step never blocks; we go on while it stays ready, a
- * bounded number of times so that HTTP/2 streams get their turn. */
+ * resolved.  px:wake (src/lua/proxy.c) steps it in C while it stays ready,
+ * at most 64 times so that HTTP/2 streams get their turn, and enters Lua
+ * once, only when a connection waits for a verdict or a line is to be
+ * logged.  It is a C function: called protected, it runs no Lua code on
+ * the common path (bytes, parsing). */
 static void on_proxy(h2o_socket_t *sock, const char *err)
 {
 	sbx_srv *S = sbx_srv_g;
-	struct pollfd pfd = {h2o_socket_get_fd(sock), POLLIN, 0};
+	lua_State *L = S->L;
+	(void)sock;
 	(void)err;
 
-	for (int i = 0; i < 64; i++) {
-		call_lua(S, S->proxy_step_ref, "proxy_step");
-		if (poll(&pfd, 1, 0) != 1)
-			break;
-	}
+	lua_pushcfunction(L, lsbx_proxy_wake);
+	lua_rawgeti(L, LUA_REGISTRYINDEX, S->proxy_ref);
+	lua_pushinteger(L, 64);
+	if (sbx_srv_pcall(L, 2, 3, "proxy_wake") != 0)
+		return;
+	if (!lua_toboolean(L, -3))
+		sbx_srv_log(SRV_LOG_ERROR, "event=proxy err=\"%s\"",
+			    lua_isstring(L, -1) ? lua_tostring(L, -1) : "?");
+	lua_pop(L, 3);
 }
 
 /* Put the proxy's epoll fd on our loop. */
@@ -216,6 +224,17 @@ static int proxy_watch(sbx_srv *S)
 	}
 	int fd = (int)lua_tointeger(L, -1);
 	lua_pop(L, 1);
+	/* The proxy userdata itself, for on_proxy (the ref to M.proxy, a
+	 * function, is replaced by one to what it returns). */
+	lua_rawgeti(L, LUA_REGISTRYINDEX, S->proxy_ref);
+	luaL_unref(L, LUA_REGISTRYINDEX, S->proxy_ref);
+	st = lsbx_pcall(L, 0, 1, LSBX_PCALL_TEXT);
+	if (st != 0 || !lua_isuserdata(L, -1)) {
+		fprintf(stderr, "sbxd: proxy(): %s\n", st != 0 ? lua_tostring(L, -1) : "no proxy");
+		lua_pop(L, 1);
+		return -1;
+	}
+	S->proxy_ref = luaL_ref(L, LUA_REGISTRYINDEX);
 	/* h2o closes the socket's fd when it disposes of it: give it a copy,
 	 * the proxy keeps its own. */
 	int dup = fcntl(fd, F_DUPFD_CLOEXEC, 3);

@@ -92,7 +92,7 @@ typedef struct sbx_srv {
 
 	/* Lua */
 	lua_State *L;
-	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref, proxy_fd_ref, proxy_step_ref;
+	int handle_ref, tick_ref, stats_ref, shutdown_ref, reload_ref, proxy_fd_ref, proxy_ref;
 	int hook_answer_ref; /* sbx.server's hook_answer (task.c), or LUA_NOREF */
 
 	/* auth */

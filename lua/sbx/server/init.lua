@@ -597,13 +597,16 @@ function M.handle(req)
 end
 
 -- The allowlist proxy of every session, on sbxd's event loop (main.c
--- watches M.proxy_fd() and calls M.proxy_step() when it is readable).
--- Each session's listener is tagged with its id; the session's own
--- decide function (sbx.session: engine:proxy_verdict with its context)
--- answers for it, on the loop, except where the policy has an on_connect
--- hook: then the whole verdict on the name is asked of the policy worker
--- (engine:proxy_verdict there, with the same generation and context), the
--- connection waits (pending), and M.hook_answer gives the verdict back.
+-- watches M.proxy_fd() and calls M.proxy()'s px:wake, in C, when it is
+-- readable).  Relaying and parsing never come here: proxy_batch gets, once
+-- per wake-up, the questions of every connection waiting for a verdict and
+-- the proxy's log lines.  Each session's listener is tagged with its id;
+-- the session's own decide function (sbx.session: engine:proxy_verdict with
+-- its context) answers for it, on the loop, except where the policy has an
+-- on_connect hook: then the whole verdict on the name is asked of the
+-- policy worker (engine:proxy_verdict there, with the same generation and
+-- context), the connection waits (pending), and M.hook_answer gives the
+-- verdict back.
 local proxy_routes = {}
 local pending_verdicts = {} -- worker message id -> proxy ticket
 proxy_host = {
@@ -633,6 +636,20 @@ local function proxy_decide(q)
   return route.decide(q)
 end
 
+-- One wake-up's questions and log lines (src/lua/proxy.c, batch): a
+-- verdict per question, in order.  A question whose decide fails is
+-- refused on its own, the others still get theirs.
+local function proxy_batch(queries, logs)
+  for _, line in ipairs(logs) do io.stderr:write("ts=- level=info event=proxy ", line, "\n") end
+  local verdicts = {}
+  for i, q in ipairs(queries) do
+    local ok, v = pcall(proxy_decide, q)
+    verdicts[i] = ok and v
+      or { allow = false, reason = "policy check failed: " .. tostring(type(v) == "table" and v.message or v) }
+  end
+  return verdicts
+end
+
 -- An answer of the policy worker no request waits for (task.c): a proxy
 -- verdict.  Anything but a well-formed allowing verdict refuses.
 function M.hook_answer(id, rep)
@@ -646,12 +663,7 @@ end
 
 function M.proxy_fd() return cfg.proxy:fd() end
 
-function M.proxy_step()
-  local ok, kind, msg = cfg.proxy:step(0)
-  if not ok then
-    io.stderr:write(("ts=- level=error event=proxy err=%q\n"):format(tostring(msg or kind)))
-  end
-end
+function M.proxy() return cfg.proxy end
 
 function M.init(c)
   cfg.policy = c.policy
@@ -689,10 +701,7 @@ function M.init(c)
   if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
   cfg.engine = e
   pod_ceilings(e.current)
-  cfg.proxy = core.proxy_new {
-    decide = proxy_decide,
-    log = function(line) io.stderr:write("ts=- level=info event=proxy ", line, "\n") end,
-  }
+  cfg.proxy = core.proxy_new { batch = proxy_batch }
   return true
 end
 
@@ -716,7 +725,8 @@ function M.stats()
   return { sessions_open = n, policy_denials = counters.policy_denials,
     proxy_accepted = px.accepted or 0, proxy_allowed = px.allowed or 0,
     proxy_refused = px.refused or 0, proxy_failed = px.failed or 0, proxy_active = px.active or 0,
-    proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0 }
+    proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0,
+    proxy_lua_calls = px.lua_calls or 0 }
 end
 
 function M.shutdown()
