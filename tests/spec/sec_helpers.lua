@@ -413,6 +413,14 @@ function M.procs_in_ns(kind, ns)
   return t
 end
 
+-- A process's identity that survives pid reuse: "pid@starttime" (field
+-- 22 of /proc/pid/stat, after the parenthesised comm), or nil once gone.
+function M.proc_identity(pid)
+  local stat = M.read_file("/proc/" .. pid .. "/stat")
+  local start = stat and stat:match("%) %S+" .. (" %S+"):rep(18) .. " (%d+)")
+  return start and (pid .. "@" .. start) or nil
+end
+
 -- Describe pids with their command lines, for messages.
 function M.describe(pids)
   local t = {}
