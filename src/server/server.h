@@ -14,7 +14,8 @@
  * request's Lua handler as a coroutine the loop resumes when what it waits
  * for is there), hooks.c (the policy worker thread), fileio.c (upload
  * writes on threads), codec.c (JSON/msgpack <-> Lua), stream.c (runs
- * streamed as events), auth.c (token file, constant-time compare),
+ * streamed as events; stream_encode.c encodes them, runs_registry.c keeps
+ * detached runs), auth.c (token file, constant-time compare),
  * metrics.c, log.c; front.c (every client connection, on its own thread:
  * accept, TLS, budgets, the relay to h2o over a socketpair), front_opts.c
  * (its flags), h2guard.c and h2guard_out.c (the HTTP/2 frame guard, a pure
@@ -183,9 +184,6 @@ int sbx_srv_l_hooks_wait(lua_State *L);
 /* sbx.paths and lua/ on package.path as sbxlua has them, sbx.core preloaded. */
 void sbx_srv_lua_setup(lua_State *L);
 
-/* ---- stream.c ---- */
-/* Start streaming a run for req; the Lua table at idx has start/finish
- * functions (see lua/sbx/server/init.lua).  Always answers req. */
 /* filesend.c: answer 200 with the file at fd (taken; closed when done),
  * size bytes, streamed chunk by chunk as the client reads. */
 void sbx_srv_send_file(h2o_req_t *req, int fd, uint64_t size);
@@ -204,7 +202,13 @@ int sbx_srv_l_file_append(lua_State *L);
  * threads of their own, waited for on the loop); see fileio.c. */
 void sbx_srv_file_io_push(lua_State *L);
 
+/* ---- stream.c ---- */
+/* Start streaming a run for req; the Lua table at idx has start/finish
+ * functions (see lua/sbx/server/init.lua).  Always answers req. */
 void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, const char *sid);
+/* Kill every streaming run (drain at the grace deadline). */
+void sbx_srv_stream_kill_all(sbx_srv *S);
+/* ---- runs_registry.c ---- */
 /* Re-attach req to the detached run run_id of session sid (or answer
  * 404/409).  Always answers req. */
 void sbx_srv_stream_attach(sbx_srv *S, h2o_req_t *req, const char *sid, const char *run_id,
@@ -213,8 +217,6 @@ void sbx_srv_stream_attach(sbx_srv *S, h2o_req_t *req, const char *sid, const ch
 void sbx_srv_stream_gc(sbx_srv *S);
 /* At exit: kill and free the detached records no client holds. */
 void sbx_srv_stream_free_all(sbx_srv *S);
-/* Kill every streaming run (drain at the grace deadline). */
-void sbx_srv_stream_kill_all(sbx_srv *S);
 
 /* ---- metrics.c ---- */
 typedef struct sbx_srv_metrics {

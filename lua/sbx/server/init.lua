@@ -333,7 +333,7 @@ local function start_run(req, rec)
   end
   if body.cmd == nil then return from_error(errors.InvalidArgument("cmd", "cmd is required")) end
   -- detach = true: the run outlives its client and can be re-attached
-  -- by its run id (src/server/stream.c keeps it).
+  -- by its run id (src/server/runs_registry.c keeps it).
   if body.detach ~= nil and type(body.detach) ~= "boolean" then
     return from_error(errors.InvalidArgument("detach", "a boolean expected, got " .. type(body.detach)))
   end

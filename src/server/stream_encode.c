@@ -1,0 +1,245 @@
+/*
+ * stream_encode.c: the events of a streamed run, encoded as the request
+ * asked (msgpack: one map per event, data as bin; JSON: one object per
+ * line, NDJSON, data as a string when it is UTF-8, else data_b64) and
+ * queued on the run's pending buffer.  Every control event (exit, error,
+ * run, dropped) goes through encode_fields, so both formats always carry
+ * the same fields.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+#include <msgpack.h>
+
+#include "stream_int.h"
+
+void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len)
+{
+	if (b->len + len > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + len)
+			cap *= 2;
+		char *n = realloc(b->data, cap);
+		if (!n)
+			return; /* dropping output beats crashing; cannot happen at these sizes */
+		b->data = n;
+		b->cap = cap;
+	}
+	memcpy(b->data + b->len, data, len);
+	b->len += len;
+}
+
+static const char b64chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static char *base64(const char *in, size_t len)
+{
+	char *out = malloc((len + 2) / 3 * 4 + 1), *p = out;
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
+		if (i + 1 < len)
+			v |= (uint32_t)(unsigned char)in[i + 1] << 8;
+		if (i + 2 < len)
+			v |= (unsigned char)in[i + 2];
+		*p++ = b64chars[(v >> 18) & 63];
+		*p++ = b64chars[(v >> 12) & 63];
+		*p++ = i + 1 < len ? b64chars[(v >> 6) & 63] : '=';
+		*p++ = i + 2 < len ? b64chars[v & 63] : '=';
+	}
+	*p = '\0';
+	return out;
+}
+
+/* Queue one encoded event. */
+static void push_event(sbx_srv_run *sr, const void *data, size_t len)
+{
+	sbx_srv_buf_append(&sr->pending, data, len);
+	if (!sr->detach)
+		return;
+	if (sr->n_ev == sr->cap_ev) {
+		size_t cap = sr->cap_ev ? sr->cap_ev * 2 : 64;
+		uint32_t *n = realloc(sr->ev_len, cap * sizeof(*n));
+		if (!n)
+			return;
+		sr->ev_len = n;
+		sr->cap_ev = cap;
+	}
+	sr->ev_len[sr->n_ev++] = (uint32_t)len;
+	if (!sr->req)
+		sbx_srv_runs_drop_oldest(sr);
+}
+
+static void json_event(sbx_srv_run *sr, json_t *ev)
+{
+	char *s = json_dumps(ev, JSON_COMPACT);
+	json_decref(ev);
+	if (!s)
+		return;
+	size_t n = strlen(s);
+	char *line = malloc(n + 1);
+	if (line) {
+		memcpy(line, s, n);
+		line[n] = '\n';
+		push_event(sr, line, n + 1);
+		free(line);
+	}
+	free(s);
+}
+
+static void mp_key(msgpack_packer *pk, const char *k)
+{
+	size_t n = strlen(k);
+	msgpack_pack_str(pk, n);
+	msgpack_pack_str_body(pk, k, n);
+}
+
+static void mp_str(msgpack_packer *pk, const char *k, const char *v)
+{
+	mp_key(pk, k);
+	mp_key(pk, v);
+}
+
+/* One field of a control event: a string, or (str NULL) an integer. */
+typedef struct ev_field {
+	const char *key;
+	const char *str;
+	int64_t num;
+} ev_field;
+
+/* Append one event made of fields to out, as a JSON line or a msgpack map:
+ * every control event (exit, error, run, dropped) is encoded here, so both
+ * formats always carry the same fields. */
+static void encode_fields(int fmt, const ev_field *f, size_t n, sbx_srv_buf *out)
+{
+	if (fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		for (size_t i = 0; i < n; i++)
+			json_object_set_new(ev, f[i].key,
+					    f[i].str ? json_string(f[i].str)
+						     : json_integer((json_int_t)f[i].num));
+		char *js = json_dumps(ev, JSON_COMPACT);
+		json_decref(ev);
+		if (js) {
+			sbx_srv_buf_append(out, js, strlen(js));
+			sbx_srv_buf_append(out, "\n", 1);
+			free(js);
+		}
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, n);
+	for (size_t i = 0; i < n; i++) {
+		if (f[i].str) {
+			mp_str(&pk, f[i].key, f[i].str);
+		} else {
+			mp_key(&pk, f[i].key);
+			msgpack_pack_int64(&pk, f[i].num);
+		}
+	}
+	sbx_srv_buf_append(out, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+/* Queue one control event. */
+static void emit_fields(sbx_srv_run *sr, const ev_field *f, size_t n)
+{
+	sbx_srv_buf b = {0};
+	encode_fields(sr->fmt, f, n, &b);
+	if (b.len)
+		push_event(sr, b.data, b.len);
+	free(b.data);
+}
+
+void sbx_srv_ev_data(sbx_srv_run *sr, const char *type, const char *data, size_t len)
+{
+	sbx_srv_m.bytes_streamed += len;
+	if (sr->fmt == SRV_FMT_JSON) {
+		json_t *ev = json_object();
+		json_t *s = json_stringn(data, len);
+		json_object_set_new(ev, "type", json_string(type));
+		if (s) {
+			json_object_set_new(ev, "data", s);
+		} else {
+			char *b = base64(data, len);
+			json_object_set_new(ev, "data_b64", json_string(b ? b : ""));
+			free(b);
+		}
+		json_event(sr, ev);
+		return;
+	}
+	msgpack_sbuffer sb;
+	msgpack_packer pk;
+	msgpack_sbuffer_init(&sb);
+	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	msgpack_pack_map(&pk, 2);
+	mp_str(&pk, "type", type);
+	mp_key(&pk, "data");
+	msgpack_pack_bin(&pk, len);
+	msgpack_pack_bin_body(&pk, data, len);
+	push_event(sr, sb.data, sb.size);
+	msgpack_sbuffer_destroy(&sb);
+}
+
+static const char *term_reason(sbx_term t)
+{
+	switch (t) {
+	case SBX_TERM_EXIT:
+		return "";
+	case SBX_TERM_SIGNAL:
+		return "signal";
+	case SBX_TERM_TIMEOUT:
+		return "timeout";
+	case SBX_TERM_KILLED:
+		return "killed";
+	case SBX_TERM_OOM:
+		return "oom";
+	default:
+		return "error";
+	}
+}
+
+void sbx_srv_ev_exit(sbx_srv_run *sr, const sbx_run_result *res)
+{
+	const ev_field f[] = {
+		{"type", "exit", 0},
+		{"returncode", NULL, res->returncode},
+		{"runtime_ms", NULL, (int64_t)res->runtime_ms},
+		{"backend", sr->backend, 0},
+		{"termination_reason", term_reason(res->term), 0},
+		{"signal", NULL, res->signo},
+	};
+	emit_fields(sr, f, res->signo ? 6 : 5);
+}
+
+void sbx_srv_ev_error(sbx_srv_run *sr, const char *kind, const char *msg)
+{
+	const ev_field f[] = {
+		{"type", "error", 0}, {"kind", kind, 0},	   {"message", msg, 0},
+		{"reason", msg, 0},   {"backend", sr->backend, 0}, {"returncode", NULL, -1},
+	};
+	emit_fields(sr, f, 6);
+}
+
+/* { type = "run", run_id }: the first event of a detached run. */
+void sbx_srv_ev_run_id(sbx_srv_run *sr)
+{
+	const ev_field f[] = {{"type", "run", 0}, {"run_id", sr->run_id, 0}};
+	emit_fields(sr, f, 2);
+}
+
+/* { type = "dropped", events, bytes }: what an absent client lost. */
+void sbx_srv_ev_dropped(sbx_srv_run *sr, sbx_srv_buf *out)
+{
+	const ev_field f[] = {
+		{"type", "dropped", 0},
+		{"events", NULL, (int64_t)sr->dropped_events},
+		{"bytes", NULL, (int64_t)sr->dropped_bytes},
+	};
+	encode_fields(sr->fmt, f, 3, out);
+}
