@@ -49,6 +49,8 @@ M.RUN_KEYS = {
 }
 -- A pty's size bounds (rows, cols): what a real terminal could be.
 M.PTY_MAX = 1000
+-- TERM of a pty run unless its env (or the policy's, the session's) sets one.
+M.PTY_TERM = "xterm-256color"
 
 local function invalid(option, fmt, ...)
   errors.raise(errors.InvalidArgument(option, fmt:format(...)))
@@ -465,7 +467,9 @@ function M.run(cmd, opts, sess, extra_keys)
     o.stdout, o.stderr, o.stdin_live = "pipe", "null", true
     if o.stdin == "null" then o.stdin = "pipe" end
   end
-  o.env = M.merge_env(M.DEFAULT_ENV, pol.defaults.env, sess.env, M.check_env("env", opts.env))
+  -- A terminal needs a TERM its programs know (terminfo is in /usr).
+  local pty_env = o.pty_rows and { TERM = M.PTY_TERM } or nil
+  o.env = M.merge_env(M.DEFAULT_ENV, pty_env, pol.defaults.env, sess.env, M.check_env("env", opts.env))
   for _, kv in ipairs(o.env) do
     if #kv >= M.MAX_ARG_BYTES then invalid("env", "a variable is longer than the kernel accepts") end
   end

@@ -3,8 +3,9 @@
 --   p:lines([stream])   iterator over the lines of "stdout" (default) or
 --                       "stderr" as they arrive; a line comes without its
 --                       "\n", a last line without one is yielded at EOF.
---   p:read([stream])    the next piece of output available (a string), nil
---                       at EOF.
+--   p:read([stream [, timeout_s]])
+--                       the next piece of output available (a string), nil
+--                       at EOF; with timeout_s, "" when nothing came in time.
 --   p:communicate()     drain both streams, wait for the exit; returns out,
 --                       err (nil for a stream that was not captured).
 --   p:wait()            drain (discarding unconsumed output), wait for the
@@ -224,13 +225,13 @@ end
 
 -- Wait for output of stream, reading the other stream as long as its
 -- buffer is under the cap (the backpressure of the module comment).
-local function pump_for(p, stream)
+local function pump_for(p, stream, timeout)
   local other = OTHER[stream]
   local want_other = p._captured[other] and p._size[other] < M.BUFFER_CAP
   if stream == "stdout" then
-    return step(p, true, want_other)
+    return step(p, true, want_other, timeout)
   end
-  return step(p, want_other, true)
+  return step(p, want_other, true, timeout)
 end
 
 local function check_stream(p, stream)
@@ -298,9 +299,13 @@ function Process:lines(stream)
   end
 end
 
-function Process:read(stream)
+function Process:read(stream, timeout_s)
   raise_stored(self)
   stream = check_stream(self, stream)
+  if timeout_s ~= nil and (type(timeout_s) ~= "number" or timeout_s < 0) then
+    errors.raise(errors.InvalidArgument("timeout_s", "a number >= 0 expected"))
+  end
+  local deadline = timeout_s and now_ms(self._core) + timeout_s * 1000
   while true do
     local data = take(self, stream)
     if data ~= "" then return data end
@@ -308,7 +313,9 @@ function Process:read(stream)
       raise_stored(self)
       return nil
     end
-    pump_for(self, stream)
+    local left = deadline and deadline - now_ms(self._core)
+    if left and left <= 0 then return "" end
+    pump_for(self, stream, left and math.min(M.WAIT_SLICE_MS, math.ceil(left)) or nil)
   end
 end
 
