@@ -197,6 +197,21 @@ local function process_of(src, s, cmd, modes)
   return p
 end
 
+-- The control routes of an interactive run (sbx.remote.stream):
+-- control(run_id, what, body) -> status, decoded answer.
+local function control_of(s, tr)
+  return function(run_id, what, cbody)
+    local st, resp, rct = tr.conn:request("POST", spath(s, "/runs/" .. run_id .. "/" .. what),
+      msgpack.encode(cbody), { headers = headers(tr, "Content-Type: " .. CT), timeout_ms = tr.timeout_ms })
+    local v = resp
+    if st and rct and rct:match("msgpack") then
+      local okd, dec = pcall(msgpack.decode, resp)
+      v = okd and dec or nil
+    end
+    return st, v
+  end
+end
+
 local function start_run(s, cmd, opts)
   local tr = live(s)
   if opts ~= nil and type(opts) ~= "table" then
@@ -227,17 +242,7 @@ local function start_run(s, cmd, opts)
   local src, err = stream.start(tr.conn, "POST", spath(s, "/runs"), payload, {
     headers = headers(tr, "Content-Type: " .. CT), backend = s.backend, deadline_ms = deadline,
     detach = body.detach, named = modes.stdin_live,
-    -- The control routes of an interactive run (sbx.remote.stream).
-    control = function(run_id, what, cbody)
-      local st, resp, rct = tr.conn:request("POST", spath(s, "/runs/" .. run_id .. "/" .. what),
-        msgpack.encode(cbody), { headers = headers(tr, "Content-Type: " .. CT), timeout_ms = tr.timeout_ms })
-      local v = resp
-      if st and rct and rct:match("msgpack") then
-        local okd, dec = pcall(msgpack.decode, resp)
-        v = okd and dec or nil
-      end
-      return st, v
-    end,
+    control = control_of(s, tr),
   })
   if not src then errors.raise(err) end
   return process_of(src, s, cmd, modes)
@@ -264,7 +269,10 @@ function Session:attach_run(run_id)
     errors.raise(err)
   end
   src.meta.run_id = run_id
-  return process_of(src, self, nil, { stdout = "pipe", stderr = "pipe" })
+  -- An interactive run takes stdin, resizes and signals from here too
+  -- (the server answers 404 for a run without live stdin).
+  src.control, src.stdin_off = control_of(self, tr), nil
+  return process_of(src, self, nil, { stdout = "pipe", stderr = "pipe", stdin_live = true })
 end
 
 local function exec(s, cmd, opts, check)

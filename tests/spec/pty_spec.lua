@@ -196,6 +196,80 @@ for name, req in (("TIOCSTI", termios.TIOCSTI), ("TIOCLINUX", 0x541C)):
   end)
 end
 
+describe("interactive runs through sbxd: limits", function()
+  local describe_srv = remote_ok and describe or function(name) pending(name .. " (needs build/bin/sbxd and curl)") end
+  describe_srv("", function()
+    local srv, s
+    setup(function()
+      srv = assert(H.start { small_quarantine = true })
+      s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, backend = "userns" }
+    end)
+    teardown(function()
+      if s then pcall(s.close, s) end
+      if srv then srv:cleanup() end
+    end)
+
+    it("holds no stdin of a run that never reads: the writer is refused, sbxd's RSS stays bounded", function()
+      local p = s:run("sleep 300", { stdin = true })
+      local chunk = ("y"):rep(60 * 1024)
+      local ok, why, n = p:write(chunk:rep(32), 1) -- fill the pipe first
+      local before = srv:rss_kb()
+      local taken = n
+      -- 64 MiB offered over ~3 s; the server takes nothing more.
+      for _ = 1, 3 do
+        local ok2, why2, n2 = p:write(chunk:rep(16), 1)
+        assert.is_nil(ok2)
+        assert.are.equal("timeout", why2)
+        taken = taken + n2
+      end
+      local after = srv:rss_kb()
+      assert.is_nil(ok)
+      assert.are.equal("timeout", why)
+      assert.is_true(taken <= 1024 * 1024, "taken " .. taken)
+      assert.is_true(after - before < 8 * 1024, ("sbxd RSS grew %d kB"):format(after - before))
+      -- Control: the refusal is the run's, not the route's: a reader takes it all.
+      local q = s:run("wc -c", { stdin = true })
+      assert.is_true(q:write(chunk:rep(16), 120))
+      q:close_stdin()
+      assert.are.equal(tostring(#chunk * 16), (q:communicate()):match("%d+"))
+      p:kill()
+    end)
+
+    it("re-attaches a detached pty run, replaying its recent output, and drives it again", function()
+      local p = s:run("bash --norc", { pty = true, detach = true })
+      local acc = { text = "" }
+      expect(p, acc, "$ ")
+      -- Written while no client is attached: sbxd keeps it for the next.
+      p:write("read -t 60 go; echo before-$((1 + 1))\n")
+      expect(p, acc, "read -t 60 go")
+      local id = p.run_id
+      assert.is_string(id)
+      p:kill() -- lets this client go; the run goes on
+      -- Another client's stdin reaches the run meanwhile (the route is the run's).
+      local body, status = srv:curl("/v1/sessions/" .. s.id .. "/runs/" .. id .. "/stdin", "-X", "POST",
+        "-H", srv:auth(), "-H", "Content-Type: application/json", "--data", '{"data":"\\n"}')
+      assert.are.equal(200, status, body)
+      local q = s:attach_run(id)
+      local acc2 = { text = "" }
+      expect(q, acc2, "before-2") -- replayed
+      -- The re-attached process drives the same terminal.
+      assert.is_true(q:write("echo after-$((2 + 2))\n"))
+      expect(q, acc2, "after-4")
+      q:kill("INT")
+      q:write("exit 5\n")
+      assert.are.equal(5, q:wait())
+    end)
+
+    it("ends a pty run whose client goes without detaching", function()
+      local marker = ("301.%06d"):format(math.random(0, 999999))
+      local p = s:run("sleep " .. marker, { pty = true })
+      assert.is_true(T.wait_for(function() return T.procs_exact("sleep " .. marker) > 0 end, 60))
+      p:kill() -- the client lets go of the stream: sbxd kills the run
+      assert.is_true(T.wait_for(function() return T.procs_exact("sleep " .. marker) == 0 end, 60))
+    end)
+  end)
+end)
+
 describe("pty outside the sandbox's own devpts", function()
   it("the TIOCSTI probe works on a host pty (the control of the refusal)", function()
     local h = io.popen([[/usr/bin/python3 -c '

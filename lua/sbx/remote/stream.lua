@@ -26,6 +26,8 @@ local answer = require "sbx.remote.answer"
 local M = {}
 
 M.STALL_BYTES = 64 * 1024
+-- How long a writer waits after sbxd said the run's stdin is full.
+M.STDIN_RETRY_MS = 50
 
 pcall(ffi.cdef, "int poll(void *fds, unsigned long nfds, int timeout);")
 
@@ -209,13 +211,21 @@ local function ctl(self, what, body)
 end
 
 function Source:write(data)
+  -- stdin_off nil (a re-attached run): append, and learn the offset.
   local st, v = ctl(self, "stdin", { offset = self.stdin_off, data = data })
   if not st then return nil, v, data end
   if st == 200 or st == 503 then
-    local off = type(v) == "table" and tonumber(v.offset) or self.stdin_off
-    local n = math.max(0, off - self.stdin_off)
-    self.stdin_off = math.max(self.stdin_off, off)
-    if st == 503 and n == 0 then pump(self, 0) end
+    local off = type(v) == "table" and tonumber(v.offset) or self.stdin_off or 0
+    local n = self.stdin_off and math.max(0, off - self.stdin_off)
+      or (type(v) == "table" and tonumber(v.taken)) or 0
+    self.stdin_off = math.max(self.stdin_off or 0, off)
+    if st == 503 and n == 0 then
+      -- Full: back off (reading the run's output meanwhile) rather than
+      -- asking again at once; retry-after's 1 s is too long for a terminal.
+      local until_ms = now_ms() + M.STDIN_RETRY_MS
+      repeat pump(self, math.max(0, math.floor(until_ms - now_ms())))
+      until now_ms() >= until_ms or self.req.done
+    end
     return n
   end
   -- 404 (the run ended) or 410 (stdin closed): the reader is gone.

@@ -404,7 +404,8 @@ end
 --   stdin  { offset = n, data = bytes, close = bool }: data is the run's
 --          stdin from byte offset n on.  The server writes what the pipe
 --          (or terminal) takes now and answers { offset = bytes taken in
---          all }; a retried chunk is not written twice, a gap is 409.  It
+--          all, taken = bytes of this chunk }; a retried chunk is not
+--          written twice, a gap is 409; no offset appends at the end.  It
 --          never holds stdin itself: a full pipe takes nothing and the
 --          answer is 503 with retry-after (backpressure), so a run that
 --          never reads costs the server no memory.  close = true once all
@@ -446,6 +447,8 @@ local function run_control(req, rec, run_id, what)
   end
   -- stdin
   local offset, data = body.offset, body.data or ""
+  -- No offset: append at the end (a re-attached client learns it here).
+  if offset == nil then offset = ent.offset end
   if type(offset) ~= "number" or offset < 0 or offset ~= math.floor(offset) then
     return from_error(errors.InvalidArgument("offset", "a byte offset (integer >= 0) expected"))
   end
@@ -460,7 +463,7 @@ local function run_control(req, rec, run_id, what)
     return fail(409, "Conflict", ("stdin offset %d is past the %d bytes taken so far"):format(offset, ent.offset),
       { offset = ent.offset })
   end
-  local skip = ent.offset - offset
+  local skip, taken = ent.offset - offset, 0
   if ent.closed then
     return fail(410, "StdinClosed", "the run's stdin is closed", { offset = ent.offset })
   end
@@ -470,9 +473,10 @@ local function run_control(req, rec, run_id, what)
       ent.closed = true
       return fail(410, "StdinClosed", ("the run's stdin is closed (%s)"):format(tostring(msg)), { offset = ent.offset })
     end
-    ent.offset = ent.offset + n
+    ent.offset, taken = ent.offset + n, n
     if n == 0 then
-      local a = fail(503, "StdinFull", "the run is not reading its stdin: retry later", { offset = ent.offset })
+      local a = fail(503, "StdinFull", "the run is not reading its stdin: retry later",
+        { offset = ent.offset, taken = 0 })
       a.headers = { ["retry-after"] = "1" }
       return a
     end
@@ -481,7 +485,7 @@ local function run_control(req, rec, run_id, what)
     r:close_stdin()
     if not ent.pty then ent.closed = true end
   end
-  return reply(200, { offset = ent.offset })
+  return reply(200, { offset = ent.offset, taken = taken })
 end
 
 local function unescape(s)
