@@ -392,7 +392,8 @@ function Process:write(data, timeout_s)
   local off = 1
   while off <= #data do
     if self._done or self._stdin_closed then return nil, "closed", off - 1 end
-    local n, kind = self._src:write(data:sub(off, off + WRITE_CHUNK - 1))
+    local piece = data:sub(off, off + WRITE_CHUNK - 1)
+    local n, kind = self._src:write(piece)
     if not n then
       -- The command closed its end (EPIPE), or the terminal hung up.
       if kind == "SandboxExecutionError" or kind == "InvalidArgument" then
@@ -403,7 +404,8 @@ function Process:write(data, timeout_s)
         now_ms(self._core) - self._t0))
     end
     off = off + n
-    if off <= #data then
+    -- Only a piece not taken whole means the pipe is full: wait for room.
+    if off <= #data and n < #piece then
       local left = deadline and deadline - now_ms(self._core)
       if left and left <= 0 then return nil, "timeout", off - 1 end
       -- Full: wait for room (the source wakes us), taking output meanwhile.
