@@ -45,8 +45,12 @@ M.SESSION_KEYS = {
 }
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
-  "network_allowlist", "timeout_s",
+  "network_allowlist", "timeout_s", "pty",
 }
+-- A pty's size bounds (rows, cols): what a real terminal could be.
+M.PTY_MAX = 1000
+-- TERM of a pty run unless its env (or the policy's, the session's) sets one.
+M.PTY_TERM = "xterm-256color"
 
 local function invalid(option, fmt, ...)
   errors.raise(errors.InvalidArgument(option, fmt:format(...)))
@@ -444,10 +448,28 @@ function M.run(cmd, opts, sess, extra_keys)
     o.stdin = "null"
   elseif type(opts.stdin) == "string" then
     o.stdin, o.stdin_data = "pipe", opts.stdin
+  elseif opts.stdin == true then
+    -- A live pipe: p:write(), p:close_stdin().
+    o.stdin, o.stdin_live = "pipe", true
   else
-    invalid("stdin", "a string of bytes expected (nil: /dev/null), got %s", describe(opts.stdin))
+    invalid("stdin", "a string of bytes or true (a live pipe) expected (nil: /dev/null), got %s",
+      describe(opts.stdin))
   end
-  o.env = M.merge_env(M.DEFAULT_ENV, pol.defaults.env, sess.env, M.check_env("env", opts.env))
+  if opts.pty ~= nil and opts.pty ~= false then
+    o.pty_rows, o.pty_cols = M.pty_size(opts.pty)
+    -- A terminal has one output stream, and its input is live.
+    if opts.stderr ~= nil and opts.stderr ~= false and opts.stderr ~= "null" then
+      invalid("stderr", "a pty run has one output stream (the terminal's): leave stderr unset")
+    end
+    if opts.stdout == false or opts.stdout == "null" or opts.stdout == "inherit" then
+      invalid("stdout", "a pty run's output is the terminal's: leave stdout unset")
+    end
+    o.stdout, o.stderr, o.stdin_live = "pipe", "null", true
+    if o.stdin == "null" then o.stdin = "pipe" end
+  end
+  -- A terminal needs a TERM its programs know (terminfo is in /usr).
+  local pty_env = o.pty_rows and { TERM = M.PTY_TERM } or nil
+  o.env = M.merge_env(M.DEFAULT_ENV, pty_env, pol.defaults.env, sess.env, M.check_env("env", opts.env))
   for _, kv in ipairs(o.env) do
     if #kv >= M.MAX_ARG_BYTES then invalid("env", "a variable is longer than the kernel accepts") end
   end
@@ -478,6 +500,27 @@ function M.run(cmd, opts, sess, extra_keys)
     o.timeout_ms = math.min(4294967295, math.max(1, math.ceil(timeout_s * 1000)))
   end
   return o
+end
+
+-- pty_size(v) -> rows, cols of a run's pty option: true (24 x 80) or
+-- { rows =, cols = } (integers 1..PTY_MAX, each defaulting as for true).
+function M.pty_size(v)
+  if v == true then return 24, 80 end
+  if type(v) ~= "table" then
+    invalid("pty", "true or { rows =, cols = } expected, got %s", describe(v))
+  end
+  for k in pairs(v) do
+    if k ~= "rows" and k ~= "cols" then invalid("pty", "unknown field %s (rows, cols)", describe(k)) end
+  end
+  local function dim(name, d)
+    local n = v[name]
+    if n == nil then return d end
+    if type(n) ~= "number" or n ~= math.floor(n) or n < 1 or n > M.PTY_MAX then
+      invalid("pty", "%s: an integer 1..%d expected, got %s", name, M.PTY_MAX, describe(n))
+    end
+    return n
+  end
+  return dim("rows", 24), dim("cols", 80)
 end
 
 -- The proxy's variables for an allowlist run (replacing any the caller

@@ -3,14 +3,31 @@
 --   p:lines([stream])   iterator over the lines of "stdout" (default) or
 --                       "stderr" as they arrive; a line comes without its
 --                       "\n", a last line without one is yielded at EOF.
---   p:read([stream])    the next piece of output available (a string), nil
---                       at EOF.
+--   p:read([stream [, timeout_s]])
+--                       the next piece of output available (a string), nil
+--                       at EOF; with timeout_s, "" when nothing came in time.
 --   p:communicate()     drain both streams, wait for the exit; returns out,
 --                       err (nil for a stream that was not captured).
 --   p:wait()            drain (discarding unconsumed output), wait for the
 --                       exit; returns the returncode.
 --   p:kill([sig])       send sig (a number or a name like "TERM"; default
 --                       KILL); false when the process had already ended.
+--                       On a pty run INT, QUIT and TSTP go to the
+--                       terminal's foreground process group (^C, ^\, ^Z).
+--   p:write(data [, timeout_s])
+--                       live stdin (run with stdin = true, or pty): true
+--                       once all of data was taken; waits while the pipe
+--                       (or terminal) is full, taking output meanwhile as
+--                       lines/read would (within BUFFER_CAP).  nil,
+--                       "timeout", n after timeout_s with only n bytes
+--                       taken (backpressure: the command does not read);
+--                       nil, "closed", n once stdin or the run has ended.
+--   p:close_stdin()     end live stdin (the command reads EOF; on a pty
+--                       the terminal's EOF key, ^D, is typed).
+--   p:resize(rows, cols) a pty run's window size (SIGWINCH to its
+--                       foreground process group).
+--   p.pty               true for a run with a terminal: its output is the
+--                       terminal's byte stream, read as "stdout".
 --
 -- After the exit: p.returncode (the exit code; -signo when a signal ended
 -- it, Python's convention), p.signal (the signal number or nil),
@@ -52,6 +69,9 @@
 --                          | false, kind, message
 --   src:close()         free what the source holds
 --   src:buffered()      bytes it holds that the Process has not taken
+--   src:write(data)     -> bytes taken now (0: full; next() returns false
+--                          early once there is room) | nil, kind, message
+--   src:close_stdin(), src:resize(rows, cols) -> true | nil, kind, message
 
 local errors = require "sbx.errors"
 
@@ -93,6 +113,9 @@ function LocalSource:eof(stream)
 end
 
 function LocalSource:kill(signo) return self.run:kill(signo) end
+function LocalSource:write(data) return self.run:write(data) end
+function LocalSource:close_stdin() return self.run:close_stdin() end
+function LocalSource:resize(rows, cols) return self.run:resize(rows, cols) end
 function LocalSource:close() self.run:close() end
 function LocalSource:buffered() return 0 end
 
@@ -114,6 +137,8 @@ function M.from_source(src, info)
     _lhead = { stdout = 1, stderr = 1 },
     _partial = { stdout = "", stderr = "" },  -- a line still waiting for its "\n"
     _done = false,
+    _stdin_live = info.stdin_live or info.pty or false,
+    pty = info.pty or false,
   }
   return setmetatable(p, Process)
 end
@@ -200,13 +225,13 @@ end
 
 -- Wait for output of stream, reading the other stream as long as its
 -- buffer is under the cap (the backpressure of the module comment).
-local function pump_for(p, stream)
+local function pump_for(p, stream, timeout)
   local other = OTHER[stream]
   local want_other = p._captured[other] and p._size[other] < M.BUFFER_CAP
   if stream == "stdout" then
-    return step(p, true, want_other)
+    return step(p, true, want_other, timeout)
   end
-  return step(p, want_other, true)
+  return step(p, want_other, true, timeout)
 end
 
 local function check_stream(p, stream)
@@ -274,9 +299,13 @@ function Process:lines(stream)
   end
 end
 
-function Process:read(stream)
+function Process:read(stream, timeout_s)
   raise_stored(self)
   stream = check_stream(self, stream)
+  if timeout_s ~= nil and (type(timeout_s) ~= "number" or timeout_s < 0) then
+    errors.raise(errors.InvalidArgument("timeout_s", "a number >= 0 expected"))
+  end
+  local deadline = timeout_s and now_ms(self._core) + timeout_s * 1000
   while true do
     local data = take(self, stream)
     if data ~= "" then return data end
@@ -284,7 +313,9 @@ function Process:read(stream)
       raise_stored(self)
       return nil
     end
-    pump_for(self, stream)
+    local left = deadline and deadline - now_ms(self._core)
+    if left and left <= 0 then return "" end
+    pump_for(self, stream, left and math.min(M.WAIT_SLICE_MS, math.ceil(left)) or nil)
   end
 end
 
@@ -335,6 +366,83 @@ function Process:kill(sig)
   -- stream): take what it holds and the exit now, so the fields are set.
   if kind == "ended" then
     while not self._done do step(self, true, true, 0) end
+  end
+  return true
+end
+
+local WRITE_CHUNK = 65536
+
+local function need_live_stdin(p)
+  if not p._stdin_live then
+    errors.raise(errors.InvalidArgument("stdin",
+      "the run has no live stdin: run it with stdin = true (or pty)"))
+  end
+end
+
+function Process:write(data, timeout_s)
+  raise_stored(self)
+  need_live_stdin(self)
+  if type(data) ~= "string" then
+    errors.raise(errors.InvalidArgument("data", "a string expected, got " .. type(data)))
+  end
+  if timeout_s ~= nil and (type(timeout_s) ~= "number" or timeout_s < 0) then
+    errors.raise(errors.InvalidArgument("timeout_s", "a number >= 0 expected"))
+  end
+  local deadline = timeout_s and now_ms(self._core) + timeout_s * 1000
+  local off = 1
+  while off <= #data do
+    if self._done or self._stdin_closed then return nil, "closed", off - 1 end
+    local piece = data:sub(off, off + WRITE_CHUNK - 1)
+    local n, kind = self._src:write(piece)
+    if not n then
+      -- The command closed its end (EPIPE), or the terminal hung up.
+      if kind == "SandboxExecutionError" or kind == "InvalidArgument" then
+        self._stdin_closed = true
+        return nil, "closed", off - 1
+      end
+      errors.raise(errors.SandboxExecutionError("write stdin: " .. tostring(kind), self.backend,
+        now_ms(self._core) - self._t0))
+    end
+    off = off + n
+    -- Only a piece not taken whole means the pipe is full: wait for room.
+    if off <= #data and n < #piece then
+      local left = deadline and deadline - now_ms(self._core)
+      if left and left <= 0 then return nil, "timeout", off - 1 end
+      -- Full: wait for room (the source wakes us), taking output meanwhile.
+      local c = self._captured
+      step(self, c.stdout and self._size.stdout < M.BUFFER_CAP,
+        c.stderr and self._size.stderr < M.BUFFER_CAP,
+        left and math.min(M.WAIT_SLICE_MS, math.max(1, math.floor(left))) or nil)
+    end
+  end
+  return true
+end
+
+function Process:close_stdin()
+  raise_stored(self)
+  need_live_stdin(self)
+  if self._done or self._stdin_closed then return true end
+  if not self.pty then self._stdin_closed = true end
+  local ok, kind, msg = self._src:close_stdin()
+  if not ok and kind ~= "InvalidArgument" then
+    errors.raise(errors.SandboxExecutionError(("close stdin: %s: %s"):format(tostring(kind), tostring(msg)),
+      self.backend, now_ms(self._core) - self._t0))
+  end
+  return true
+end
+
+function Process:resize(rows, cols)
+  raise_stored(self)
+  if not self.pty then
+    errors.raise(errors.InvalidArgument("pty", "the run has no terminal: run it with pty = { rows =, cols = }"))
+  end
+  local options = require "sbx.options"
+  rows, cols = options.pty_size { rows = rows, cols = cols }
+  if self._done then return false end
+  local ok, kind, msg = self._src:resize(rows, cols)
+  if not ok then
+    errors.raise(errors.SandboxExecutionError(("resize: %s: %s"):format(tostring(kind), tostring(msg)),
+      self.backend, now_ms(self._core) - self._t0))
   end
   return true
 end

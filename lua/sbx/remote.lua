@@ -269,10 +269,26 @@ local core_ok, core = pcall(require, "sbx.core")
 -- (run_id, dropped_*) becomes its fields, and later announcements too.
 local function process_of(src, s, cmd, modes)
   local p = process.from_source(src, { cmd = cmd, backend = s.backend, stdout = modes.stdout,
-    stderr = modes.stderr, core = core_ok and core or nil })
+    stderr = modes.stderr, core = core_ok and core or nil, stdin_live = modes.stdin_live,
+    pty = modes.pty })
   for k, v in pairs(src.meta) do p[k] = v end
   src.meta = p
   return p
+end
+
+-- The control routes of an interactive run (sbx.remote.stream):
+-- control(run_id, what, body) -> status, decoded answer.
+local function control_of(s, tr)
+  return function(run_id, what, cbody)
+    local st, resp, rct = tr.conn:request("POST", spath(s, "/runs/" .. run_id .. "/" .. what),
+      msgpack.encode(cbody), { headers = headers(tr, "Content-Type: " .. CT), timeout_ms = tr.timeout_ms })
+    local v = resp
+    if st and rct and rct:match("msgpack") then
+      local okd, dec = pcall(msgpack.decode, resp)
+      v = okd and dec or nil
+    end
+    return st, v
+  end
 end
 
 local function start_run(s, cmd, opts)
@@ -292,6 +308,9 @@ local function start_run(s, cmd, opts)
     if body[k] == true then body[k] = "pipe" elseif body[k] == false then body[k] = "null" end
     modes[k] = body[k] == nil and "pipe" or body[k]
   end
+  -- A terminal has one output stream; stdin of a pty run is live.
+  if body.pty ~= nil and body.pty ~= false then modes.stderr, modes.pty = "null", true end
+  modes.stdin_live = modes.pty or body.stdin == true
   body.cmd = cmd
   local ok, payload = pcall(msgpack.encode, body)
   if not ok then errors.raise(errors.InvalidArgument("opts", payload)) end
@@ -301,7 +320,8 @@ local function start_run(s, cmd, opts)
   local deadline = t and core_ok and (core.monotonic_ms() + t * 1000 + 5000) or nil
   local src, err = sstart(s, "POST", spath(s, "/runs"), payload, {
     headers = headers(tr, "Content-Type: " .. CT), backend = s.backend, deadline_ms = deadline,
-    detach = body.detach,
+    detach = body.detach, named = modes.stdin_live,
+    control = control_of(s, tr),
   })
   if not src then errors.raise(err) end
   return process_of(src, s, cmd, modes)
@@ -328,7 +348,10 @@ function Session:attach_run(run_id)
     errors.raise(err)
   end
   src.meta.run_id = run_id
-  return process_of(src, self, nil, { stdout = "pipe", stderr = "pipe" })
+  -- An interactive run takes stdin, resizes and signals from here too
+  -- (the server answers 404 for a run without live stdin).
+  src.control, src.stdin_off = control_of(self, tr), nil
+  return process_of(src, self, nil, { stdout = "pipe", stderr = "pipe", stdin_live = true })
 end
 
 local function exec(s, cmd, opts, check)

@@ -8,6 +8,13 @@
 -- `sbxlua --remote URL --token-file F` that session is a remote one on the
 -- sbxd at URL (sbx.remote), the output streamed over HTTP/2.
 --
+-- On a terminal `!cmd` is interactive: cmd gets a pty of the terminal's
+-- size (TERM passed on), the terminal goes raw and every key goes to the
+-- program (^C, ^Z, ^D reach its foreground process group through the
+-- sandbox's terminal), resizes follow, and the REPL's prompt comes back
+-- when it exits.  So `!bash`, `!python3`, `!top` and `:shell` work as in a
+-- terminal of their own, on-device and with --remote alike.
+--
 -- Line editing, tab completion (sbx.complete) and history kept across
 -- restarts ($SBXLUA_HISTORY, default ~/.sbxlua_history) come from
 -- sbx.readline (libedit) when stdin is a terminal; otherwise lines are read
@@ -23,6 +30,8 @@ local HELP = [[
   expr / =expr          evaluate and print (tables nested, cycles marked)
   statement             run Lua; an incomplete chunk continues on the next line
   !cmd                  run cmd in the session, output live; [exit N] when non-zero
+                        (on a terminal with a pty: !bash, !python3, !top are interactive)
+  :shell                an interactive shell in the session (bash, else sh)
   :put LOCAL REMOTE     copy a local file into the session's work dir
   :get REMOTE LOCAL     copy a file out of the work dir
   :net blocked|allowlist|open   network mode of the next ! runs
@@ -31,7 +40,7 @@ local HELP = [[
   :help                 this text
   Tab completes globals, fields (a.b) and methods (s:ru); Ctrl-C stops the
   running command or drops the line; Ctrl-D closes the session and leaves.]]
-local COMMANDS = { ":put", ":get", ":net", ":session", ":close", ":help" }
+local COMMANDS = { ":put", ":get", ":net", ":session", ":close", ":shell", ":help" }
 
 local PROMPT, PROMPT2 = "sbx> ", "...> "
 
@@ -99,8 +108,8 @@ end
 local Shell = {}
 Shell.__index = Shell
 
-local function new_shell(opts_expr, remote, token_file)
-  return setmetatable({ opts_expr = opts_expr, remote = remote, token_file = token_file }, Shell)
+local function new_shell(opts_expr, remote, token_file, tty)
+  return setmetatable({ opts_expr = opts_expr, remote = remote, token_file = token_file, tty = tty }, Shell)
 end
 
 function Shell:session()
@@ -123,10 +132,49 @@ function Shell:session()
   return self.s
 end
 
+-- How often the terminal loop looks at each side while nothing happens.
+local TTY_SLICE_MS = 10
+
+-- cmd on a pty, with the REPL's terminal handed over (raw) until it ends.
+function Shell:run_tty(cmd)
+  local tty, s = self.tty, self:session()
+  local rows, cols = tty.size()
+  local term = os.getenv("TERM")
+  local p = s:run(cmd, { pty = { rows = rows or 24, cols = cols or 80 }, network_mode = self.net,
+    env = term and term ~= "" and { TERM = term } or nil })
+  self.p = p
+  local ok, err = tty.raw()
+  if not ok then
+    pcall(p.kill, p)
+    error("SandboxExecutionError: the terminal cannot go raw: " .. tostring(err), 0)
+  end
+  local done, res = pcall(function()
+    while true do
+      local out = p:read("stdout", TTY_SLICE_MS / 1000)
+      if out == nil then break end
+      if out ~= "" then io.stdout:write(out) io.stdout:flush() end
+      local keys = tty.read(out == "" and 0 or 0)
+      if keys == nil then p:close_stdin() elseif keys ~= "" then p:write(keys) end
+      local r, c = tty.size()
+      if r and (r ~= rows or c ~= cols) then
+        rows, cols = r, c
+        p:resize(rows, cols)
+      end
+    end
+    p:wait()
+  end)
+  tty.restore()
+  self.p = nil
+  if not done then error(res, 0) end
+  io.stdout:write("\r")
+  return self:report(p)
+end
+
 -- Run cmd with stdout and stderr going to the terminal as they are written.
 function Shell:run(cmd)
   local s = self:session()
   io.stdout:flush() -- what we printed comes before what cmd prints
+  if self.tty then return self:run_tty(cmd) end
   if self.remote then
     -- No "inherit" over the network: the chunks are written as they come.
     local p = s:run(cmd, { network_mode = self.net })
@@ -202,6 +250,9 @@ function Shell:command(line)
   elseif name == "close" then
     self:close()
     io.stdout:write("session closed\n")
+  elseif name == "shell" and rest == "" then
+    if not self.tty then error("InvalidArgument: :shell needs the REPL on a terminal", 0) end
+    self:run("if command -v bash >/dev/null; then exec bash; else exec sh; fi")
   else
     error("InvalidArgument: unknown or incomplete command '" .. line .. "' (:help lists them)", 0)
   end
@@ -222,7 +273,10 @@ end
 function M.run(opts)
   opts = opts or {}
   local read, add_history, call, interactive = make_reader()
-  local shell = new_shell(opts.session_opts, opts.remote, opts.token_file)
+  -- On a terminal (stdin and stdout), `!` runs get a pty of their own.
+  local tty_ok, tty = pcall(require, "sbx.tty")
+  tty = interactive and tty_ok and tty.size() and tty or nil
+  local shell = new_shell(opts.session_opts, opts.remote, opts.token_file, tty)
 
   -- The sbx module as a global, as a convenience; a broken module must not
   -- keep the REPL from starting.

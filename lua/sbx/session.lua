@@ -357,13 +357,16 @@ local function core_run(st, o)
   local r, kind, msg = st.core:run {
     argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
     stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
-    network_mode = o.network_mode,
+    network_mode = o.network_mode, stdin_live = o.stdin_live, pty_rows = o.pty_rows,
+    pty_cols = o.pty_cols,
   }
   if r then return r end
   if kind == "SessionClosed" then
     return nil, errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg)))
   elseif kind == "InvalidArgument" then
     return nil, errors.InvalidArgument("cmd", msg)
+  elseif kind == "BackendUnavailable" then
+    return nil, errors.BackendUnavailable(st.backend, tostring(msg))
   end
   return nil, errors.SandboxExecutionError(("the run did not start: %s"):format(tostring(msg)), st.backend, 0)
 end
@@ -372,6 +375,7 @@ local function start(st, cmd, o)
   local r, err = core_run(st, o)
   if not r then errors.raise(err) end
   return process.new(r, { cmd = cmd, backend = st.backend, stdout = o.stdout, stderr = o.stderr,
+    stdin_live = o.stdin_live, pty = o.pty_rows ~= nil,
     core = core_module, session_closed = function() return st.closed end })
 end
 

@@ -16,6 +16,10 @@ int luaopen_sbx_core(lua_State *L);
  * isatty() -> bool (is stdin a terminal), call(f, ...) -> ok, ... */
 int sbx_cli_open_readline(lua_State *L);
 
+/* sbx.tty: raw(), restore(), size() -> rows, cols, read(timeout_ms)
+ * (tty.c): the REPL's terminal handed to an interactive run. */
+int sbx_cli_open_tty(lua_State *L);
+
 /* sbx.clock: now_ns() -> number, CLOCK_MONOTONIC in nanoseconds. */
 int sbx_cli_open_clock(lua_State *L);
 

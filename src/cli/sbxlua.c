@@ -401,6 +401,7 @@ int main(int argc, char **argv)
 	preload(L, "sbx.core", luaopen_sbx_core);
 	preload(L, "sbx.readline", sbx_cli_open_readline);
 	preload(L, "sbx.clock", sbx_cli_open_clock);
+	preload(L, "sbx.tty", sbx_cli_open_tty);
 	create_arg_table(L, argc, argv, cli.script);
 	if (cli.check_policy) {
 		status = check_policy(L, cli.check_policy);

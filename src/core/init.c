@@ -276,7 +276,20 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 		_exit(127);
 	}
 	send_started(isock, &req, status_fd);
-	for (int i = 0; i < 3; i++)
+	if (req.pty_rows) {
+		/* A terminal of the run's own devpts (pty.c); never on a
+		 * backend without a mount namespace per run (the host's). */
+		const char *step = "pty: no devpts of the run's own on this backend";
+		if (cfg->none)
+			errno = ENOTSUP;
+		if (cfg->none ||
+		    sbx_pty_open_inside(fds[0], req.pty_rows, req.pty_cols, &step) < 0) {
+			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "%s: %s", step,
+					strerror(errno));
+			_exit(127);
+		}
+	}
+	for (int i = 0; i < 3 && !req.pty_rows; i++)
 		if (dup2(fds[i], i) < 0) {
 			sbx_status_send(status_fd, SBX_STATUS_ERROR, 0, errno, 0, "stdio: %s",
 					strerror(errno));

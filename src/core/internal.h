@@ -38,6 +38,9 @@ struct sbx_proto_run {
 	uint32_t timeout_ms;
 	uint32_t grace_ms;
 	uint32_t payload_len;
+	/* Non-zero: a pty of this size (pty.c); the stdin fd is then a socket
+	 * the workload sends the master back on, stdout and stderr unused. */
+	uint16_t pty_rows, pty_cols;
 };
 
 /* Zygote -> host: a warm init, ready for one run request.  Carries (as
@@ -98,6 +101,20 @@ int sbx_proto_send_run(int sock, const struct sbx_proto_run *req, const char *pa
 /* Receive one: 0 on a valid request, 1 on EOF, 2 on EINTR, -1 on garbage
  * (its fds are closed).  payload must hold SBX_PROTO_MAX_PAYLOAD bytes. */
 int sbx_proto_recv_run(int sock, struct sbx_proto_run *req, char *payload, int fds[4]);
+
+/* ---- a run's pseudo-terminal (pty.c) ---- */
+
+/* Workload side, after the request: open a pty in the run's own devpts,
+ * make it the controlling terminal and stdio 0-2, send the master on sock.
+ * 0, or -1 with errno and *what naming the failed step. */
+int sbx_pty_open_inside(int sock, uint16_t rows, uint16_t cols, const char **what);
+/* Host side: the checked master (non-blocking, CLOEXEC); -2 when the
+ * workload ended without one (its status says why); -1 with err. */
+int sbx_pty_recv_master(int sock, int timeout_ms, sbx_err *err);
+/* TIOCSWINSZ on the master: SIGWINCH to the foreground group. */
+int sbx_pty_resize(int master, uint16_t rows, uint16_t cols, sbx_err *err);
+/* TIOCSIG: signo (INT, QUIT, TSTP, KILL) to the foreground group; 0/-1. */
+int sbx_pty_signal(int master, int signo);
 
 /* ---- GPUs (gpu.c) ---- */
 

@@ -437,6 +437,12 @@ int sbx_rootfs_run_mounts(const struct sbx_zygote_cfg *cfg, sbx_err *err)
 		if (access(proc_ro[i], F_OK) == 0 &&
 		    bind_mount(proc_ro[i], proc_ro[i], false, false, err) < 0)
 			return -1;
+	/* A devpts of the run's own (pty.c): a run never sees another run's
+	 * terminals (same uid, so the session's instance would let it read
+	 * and type into them), nor the host's. */
+	if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		  "newinstance,ptmxmode=0666,mode=620") != 0)
+		return FAIL("mount the run's devpts: %s", strerror(errno));
 	return scratch_mounts(cfg, err);
 }
 

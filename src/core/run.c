@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,7 +45,10 @@ struct sbx_run {
 	bool direct;	 /* backend none/bubblewrap: SIGKILL goes as SBX_SIG_KILL_RUN */
 	char *stdin_buf; /* bytes still to feed, owned */
 	size_t stdin_len, stdin_off;
-	bool signalled; /* we sent a signal: the end is ours, not its */
+	bool stdin_live; /* in_fd stays open for sbx_run_write */
+	bool want_write; /* a write found in_fd full: wake next() when it has room */
+	bool pty;	 /* out_fd is the pty's master, in_fd a dup of it */
+	bool signalled;	 /* we sent a signal: the end is ours, not its */
 	bool got_exit, got_error, done;
 	struct sbx_status_rec last_error;
 	int wstatus;
@@ -197,10 +201,54 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	return sbx_err_set(err, SBX_E_EXECUTION, EPIPE, "the sandbox's runs die before they start");
 }
 
+/* A pty run's request carries, in place of stdio, one end of a socket
+ * pair (three times: the protocol has three stdio slots); *ours is the
+ * other end. */
+static int pty_channel(int child[4], int *ours, sbx_err *err)
+{
+	int sp[2];
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	*ours = sp[0];
+	child[0] = sp[1];
+	if ((child[1] = fcntl(sp[1], F_DUPFD_CLOEXEC, 3)) < 0 ||
+	    (child[2] = fcntl(sp[1], F_DUPFD_CLOEXEC, 3)) < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
+	return 0;
+}
+
+/* The request went: wait for the master the workload sends.  A workload
+ * that failed first sends none; its status record says why, and the run
+ * ends with that error (no pty to read). */
+static int take_pty(sbx_run *r, const sbx_run_opts *o, int *sock, sbx_err *err)
+{
+	int m = sbx_pty_recv_master(*sock, 10000, err);
+
+	close_fd(sock);
+	if (m == -1)
+		return -1;
+	if (m == -2)
+		return 0;
+	r->pty = true;
+	r->stdin_live = true;
+	r->out_fd = m;
+	if ((r->in_fd = fcntl(m, F_DUPFD_CLOEXEC, 3)) < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
+	/* stdin_data on a terminal: typed first. */
+	if (o->stdin_len > 0) {
+		if (!(r->stdin_buf = malloc(o->stdin_len)))
+			return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory");
+		memcpy(r->stdin_buf, o->stdin_data, o->stdin_len);
+		r->stdin_len = o->stdin_len;
+	}
+	return 0;
+}
+
 sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 {
 	struct sbx_proto_run req;
-	int child[4] = {-1, -1, -1, -1}, status[2] = {-1, -1};
+	int child[4] = {-1, -1, -1, -1}, status[2] = {-1, -1}, pty_sock = -1;
 	char *payload = NULL;
 	size_t len = 0;
 	sbx_run *r;
@@ -209,6 +257,19 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed"), NULL;
 	if (!o->argv || !o->argv[0] || !o->argv[0][0])
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "argv is empty"), NULL;
+	if ((o->pty_rows == 0) != (o->pty_cols == 0))
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "pty: rows and cols must both be set"),
+		       NULL;
+	/* Fail closed: without a mount namespace per run the terminal would
+	 * come from the host's devpts. */
+	if (o->pty_rows && sbx_session_direct(s))
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				   "pty: backend %s runs commands without a devpts of their own "
+				   "(a terminal would be the host's); use backend userns or "
+				   "privileged",
+				   sbx_session_backend(s)),
+		       NULL;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
@@ -230,9 +291,15 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	req.timeout_ms = o->timeout_ms;
 	req.grace_ms = o->grace_ms;
 	req.payload_len = (uint32_t)len;
-	if ((child[0] = stdio_end(o->stdin_mode, 0, &r->in_fd, err)) < 0 ||
-	    (child[1] = stdio_end(o->stdout_mode, 1, &r->out_fd, err)) < 0 ||
-	    (child[2] = stdio_end(o->stderr_mode, 2, &r->err_fd, err)) < 0)
+	req.pty_rows = o->pty_rows;
+	req.pty_cols = o->pty_cols;
+	if (o->pty_rows) {
+		/* The workload sends the master back on this socket (pty.c). */
+		if (pty_channel(child, &pty_sock, err) < 0)
+			goto fail;
+	} else if ((child[0] = stdio_end(o->stdin_mode, 0, &r->in_fd, err)) < 0 ||
+		   (child[1] = stdio_end(o->stdout_mode, 1, &r->out_fd, err)) < 0 ||
+		   (child[2] = stdio_end(o->stderr_mode, 2, &r->err_fd, err)) < 0)
 		goto fail_io;
 	if (pipe2(status, O_CLOEXEC) != 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
@@ -240,6 +307,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	}
 	child[3] = status[1];
 	r->status_fd = status[0];
+	r->stdin_live = r->in_fd >= 0 && o->stdin_live;
 	if (r->in_fd >= 0 && o->stdin_len > 0) {
 		r->stdin_buf = malloc(o->stdin_len);
 		if (!r->stdin_buf) {
@@ -248,7 +316,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		}
 		memcpy(r->stdin_buf, o->stdin_data, o->stdin_len);
 		r->stdin_len = o->stdin_len;
-	} else {
+	} else if (!r->stdin_live) {
 		close_fd(&r->in_fd);
 	}
 	/* A copy of the session's inbox, not a pointer: the session may be
@@ -264,9 +332,11 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		goto fail;
 	r->next_check = now_ns() + OOM_POLL_MS * 1000000ull;
 	for (int i = 0; i < 4; i++)
-
 		close_fd(&child[i]);
 	free(payload);
+	payload = NULL;
+	if (pty_sock >= 0 && take_pty(r, o, &pty_sock, err) < 0)
+		goto fail;
 	return r;
 fail_io:
 	if (err && err->kind == SBX_E_NONE)
@@ -274,6 +344,7 @@ fail_io:
 fail:
 	for (int i = 0; i < 4; i++)
 		close_fd(&child[i]);
+	close_fd(&pty_sock);
 	free(payload);
 	sbx_run_free(r);
 	return NULL;
@@ -455,8 +526,10 @@ static void feed_stdin(sbx_run *r)
 	ssize_t n = write(r->in_fd, r->stdin_buf + r->stdin_off, r->stdin_len - r->stdin_off);
 	if (n > 0)
 		r->stdin_off += (size_t)n;
-	if ((n < 0 && errno != EAGAIN && errno != EINTR) || r->stdin_off == r->stdin_len) {
-		close_fd(&r->in_fd);
+	bool failed = n < 0 && errno != EAGAIN && errno != EINTR;
+	if (failed || r->stdin_off == r->stdin_len) {
+		if (failed || !r->stdin_live)
+			close_fd(&r->in_fd);
 		free(r->stdin_buf);
 		r->stdin_buf = NULL;
 	}
@@ -495,7 +568,9 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 			pfd[n] = (struct pollfd){r->err_fd, POLLIN, 0};
 			idx[n++] = 2;
 		}
-		if (r->in_fd >= 0) {
+		/* stdin: while bytes of stdin_data wait, or a live write found
+		 * it full (then room wakes the caller: SBX_EV_NONE). */
+		if (r->in_fd >= 0 && (r->stdin_buf || r->want_write)) {
 			pfd[n] = (struct pollfd){r->in_fd, POLLOUT, 0};
 			idx[n++] = 3;
 		}
@@ -528,9 +603,13 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 					continue;
 				if (!pfd[i].revents)
 					continue;
-				if (idx[i] == 3) {
+				if (idx[i] == 3 && r->stdin_buf) {
 					feed_stdin(r);
 					continue;
+				}
+				if (idx[i] == 3) {
+					r->want_write = false;
+					return 0;
 				}
 				if (idx[i] == 0) {
 					read_status(r);
@@ -562,6 +641,11 @@ int sbx_run_kill(sbx_run *r, int signo, sbx_err *err)
 {
 	if (r->done || r->pidfd < 0)
 		return 0;
+	/* The terminal's keys' signals go where the keys would send them. */
+	if (r->pty && (signo == SIGINT || signo == SIGQUIT || signo == SIGTSTP) &&
+	    (r->out_fd >= 0 || r->in_fd >= 0) &&
+	    sbx_pty_signal(r->out_fd >= 0 ? r->out_fd : r->in_fd, signo) == 0)
+		return 0;
 	if (sbx_sys_pidfd_send_signal(r->pidfd, kill_signal(r, signo)) != 0 && errno != ESRCH)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "signal the run: %s",
 				   strerror(errno));
@@ -570,6 +654,75 @@ int sbx_run_kill(sbx_run *r, int signo, sbx_err *err)
 	if (signo == SIGKILL && r->cg.version)
 		sbx_cgroup_run_kill(&r->cg);
 	return 0;
+}
+
+int sbx_run_write(sbx_run *r, const void *data, size_t len, size_t *written, sbx_err *err)
+{
+	*written = 0;
+	if (!r->stdin_live || r->in_fd < 0)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   r->stdin_live
+					   ? "stdin is closed"
+					   : "the run has no live stdin (stdin = true or pty)");
+	r->want_write = true;
+	if (r->stdin_buf || len == 0)
+		return 0;
+	ssize_t n = write(r->in_fd, data, len);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n < 0) {
+		int e = errno;
+		/* The reader is gone (EPIPE; EIO: the terminal hung up). */
+		r->want_write = false;
+		close_fd(&r->in_fd);
+		return sbx_err_set(err, SBX_E_EXECUTION, e, "write stdin: %s", strerror(e));
+	}
+	*written = (size_t)n;
+	r->want_write = (size_t)n < len;
+	return 0;
+}
+
+int sbx_run_close_stdin(sbx_run *r, sbx_err *err)
+{
+	if (!r->stdin_live)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "the run has no live stdin (stdin = true or pty)");
+	r->want_write = false;
+	if (r->pty && r->in_fd >= 0) {
+		/* A terminal has no end of input but the EOF key. */
+		struct termios t;
+		char eof = tcgetattr(r->in_fd, &t) == 0 && t.c_cc[VEOF] ? (char)t.c_cc[VEOF] : 4;
+		if (write(r->in_fd, &eof, 1) != 1 && errno != EAGAIN)
+			close_fd(&r->in_fd);
+		return 0;
+	}
+	free(r->stdin_buf);
+	r->stdin_buf = NULL;
+	close_fd(&r->in_fd);
+	return 0;
+}
+
+int sbx_run_resize(sbx_run *r, uint16_t rows, uint16_t cols, sbx_err *err)
+{
+	if (!r->pty)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "the run has no pty");
+	if (rows == 0 || cols == 0)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "rows and cols must be positive");
+	int fd = r->out_fd >= 0 ? r->out_fd : r->in_fd;
+	if (fd < 0 || r->done)
+		return 0; /* the terminal is gone: nothing to resize */
+	return sbx_pty_resize(fd, rows, cols, err);
+}
+
+bool sbx_run_has_pty(const sbx_run *r)
+{
+	return r->pty;
+}
+
+int sbx_run_stdin_fd(const sbx_run *r)
+{
+	return r->stdin_live ? r->in_fd : -1;
 }
 
 const sbx_run_result *sbx_run_result_get(const sbx_run *r)

@@ -220,6 +220,15 @@ typedef struct sbx_run_opts {
 	uint32_t timeout_ms;  /* 0: none */
 	uint32_t grace_ms;    /* SIGTERM to SIGKILL; 0: default 2000 */
 	sbx_net network_mode; /* at most the session's */
+	/* A PIPE stdin that stays open after stdin_data: the caller writes
+	 * it with sbx_run_write and ends it with sbx_run_close_stdin. */
+	bool stdin_live;
+	/* Both non-zero: the command gets a pseudo-terminal of this size as
+	 * its controlling terminal and stdio, made in the run's own devpts
+	 * (never the host's; backends none and bubblewrap refuse it with
+	 * BackendUnavailable).  The stdio modes are then ignored: the
+	 * terminal's output comes as SBX_EV_STDOUT, stdin is live. */
+	uint16_t pty_rows, pty_cols;
 } sbx_run_opts;
 
 typedef struct sbx_run sbx_run;
@@ -273,8 +282,29 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *opts, sbx_err *err);
  */
 int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr, sbx_event *ev,
 		 sbx_err *err);
-/* Send a signal to the run (SIGKILL ends everything in it). */
+/* Send a signal to the run (SIGKILL ends everything in it).  On a pty
+ * run SIGINT, SIGQUIT and SIGTSTP go to the terminal's foreground process
+ * group, as the keys ^C, ^\ and ^Z would send them. */
 int sbx_run_kill(sbx_run *r, int signo, sbx_err *err);
+/*
+ * Live stdin (stdin_live, or a pty: writes go to the terminal): write what
+ * the pipe or terminal takes now, without blocking; *written says how much
+ * (0 when it is full: sbx_run_next then also returns SBX_EV_NONE as soon
+ * as it has room, so a caller's loop can write again).  Returns 0, or -1
+ * with err (InvalidArgument: no live stdin or already closed; EPIPE: the
+ * command closed its end).  Bytes of stdin_data still being fed go first.
+ */
+int sbx_run_write(sbx_run *r, const void *data, size_t len, size_t *written, sbx_err *err);
+/* End live stdin: close the pipe (the command reads EOF); on a pty, type
+ * the terminal's EOF character (^D) instead.  0, or -1 with err. */
+int sbx_run_close_stdin(sbx_run *r, sbx_err *err);
+/* A pty run: set the window size (SIGWINCH to the foreground process
+ * group).  InvalidArgument without a pty.  0, or -1 with err. */
+int sbx_run_resize(sbx_run *r, uint16_t rows, uint16_t cols, sbx_err *err);
+/* Whether the run has a pty. */
+bool sbx_run_has_pty(const sbx_run *r);
+/* The live stdin fd (-1 without one), for callers with their own loop. */
+int sbx_run_stdin_fd(const sbx_run *r);
 /* The result so far (term == SBX_TERM_NONE while running). */
 const sbx_run_result *sbx_run_result_get(const sbx_run *r);
 /* fds for callers with their own event loop (-1 once closed). */

@@ -489,10 +489,10 @@ static const struct {
 	const char *name;
 	int signo;
 } signals[] = {
-	{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},	 {"HUP", SIGHUP},
-	{"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
-	{"CONT", SIGCONT}, {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {"SEGV", SIGSEGV},
-	{"PIPE", SIGPIPE},
+	{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},	   {"HUP", SIGHUP},
+	{"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2},   {"STOP", SIGSTOP},
+	{"CONT", SIGCONT}, {"ABRT", SIGABRT}, {"ALRM", SIGALRM},   {"SEGV", SIGSEGV},
+	{"PIPE", SIGPIPE}, {"TSTP", SIGTSTP}, {"WINCH", SIGWINCH},
 };
 
 int luaopen_sbx_core(lua_State *L)

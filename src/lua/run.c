@@ -9,6 +9,11 @@
  *   r:kill(signo)                   true | nil, kind, msg
  *   r:result()                      result | nil while running
  *   r:fds()                         stdout, stderr, status, pidfd (-1 once closed)
+ *   r:write(data)                   bytes taken now (0: full; next() wakes when
+ *                                   it has room) | nil, kind, msg
+ *   r:close_stdin()                 true | nil, kind, msg (pty: types ^D)
+ *   r:resize(rows, cols)            true | nil, kind, msg
+ *   r:pty()                         true when the run has a terminal
  *   r:close()                       true (kills the run if still going)
  *
  * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"error",
@@ -74,8 +79,9 @@ static void sigpipe_restore(const sigset_t *old, bool was_pending)
 }
 
 static const char *const run_fields[] = {
-	"argv",	      "env",	    "cwd",	"stdin",	"stdout", "stderr",
-	"stdin_data", "timeout_ms", "grace_ms", "network_mode", NULL,
+	"argv",	      "env",	    "cwd",	  "stdin",    "stdout",
+	"stderr",     "stdin_data", "timeout_ms", "grace_ms", "network_mode",
+	"stdin_live", "pty_rows",   "pty_cols",	  NULL,
 };
 
 static lsbx_run *check_run(lua_State *L, int idx)
@@ -136,6 +142,11 @@ int lsbx_session_run(lua_State *L)
 	o.timeout_ms = (uint32_t)lsbx_opt_int(L, 2, "timeout_ms", 0, UINT32_MAX, 0);
 	o.grace_ms = (uint32_t)lsbx_opt_int(L, 2, "grace_ms", 0, UINT32_MAX, 0);
 	o.network_mode = lsbx_opt_net(L, 2);
+	o.stdin_live = lsbx_opt_bool(L, 2, "stdin_live", false);
+	o.pty_rows = (uint16_t)lsbx_opt_int(L, 2, "pty_rows", 0, UINT16_MAX, 0);
+	o.pty_cols = (uint16_t)lsbx_opt_int(L, 2, "pty_cols", 0, UINT16_MAX, 0);
+	if (o.stdin_live && o.stdin_mode != SBX_IO_PIPE)
+		luaL_error(L, "field 'stdin_live': needs stdin = \"pipe\"");
 
 	if (!sess->s)
 		return lsbx_push_fail(L, SBX_E_SESSION_CLOSED, "the session is closed");
@@ -152,7 +163,8 @@ int lsbx_session_run(lua_State *L)
 	ud->r = sbx_run_start(sess->s, &o, &err);
 	if (!ud->r)
 		return lsbx_push_err(L, &err);
-	ud->feeds_stdin = o.stdin_mode == SBX_IO_PIPE && o.stdin_len > 0;
+	ud->feeds_stdin =
+		(o.stdin_mode == SBX_IO_PIPE && o.stdin_len > 0) || o.stdin_live || o.pty_rows;
 	return 1;
 }
 
@@ -315,6 +327,70 @@ static int l_run_fds(lua_State *L)
 	return 4;
 }
 
+/* r:write(data) */
+static int l_run_write(lua_State *L)
+{
+	lsbx_run *ud = check_run(L, 1);
+	size_t len, done = 0;
+	const char *data = luaL_checklstring(L, 2, &len);
+	sbx_err err = {0};
+	sigset_t old;
+
+	if (!ud->r)
+		return lsbx_push_fail(L, SBX_E_INVALID_ARGUMENT, "the run is closed");
+	/* A reader that went away: EPIPE, never our SIGPIPE (see above). */
+	bool was_pending = sigpipe_block(&old);
+	int rc = sbx_run_write(ud->r, data, len, &done, &err);
+	sigpipe_restore(&old, was_pending);
+	if (rc < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushinteger(L, (lua_Integer)done);
+	return 1;
+}
+
+/* r:close_stdin() */
+static int l_run_close_stdin(lua_State *L)
+{
+	lsbx_run *ud = check_run(L, 1);
+	sbx_err err = {0};
+	sigset_t old;
+
+	if (!ud->r)
+		return lsbx_push_fail(L, SBX_E_INVALID_ARGUMENT, "the run is closed");
+	bool was_pending = sigpipe_block(&old);
+	int rc = sbx_run_close_stdin(ud->r, &err);
+	sigpipe_restore(&old, was_pending);
+	if (rc < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* r:resize(rows, cols) */
+static int l_run_resize(lua_State *L)
+{
+	lsbx_run *ud = check_run(L, 1);
+	uint16_t rows = (uint16_t)lsbx_arg_int(L, 2, "rows", 1, UINT16_MAX, 24);
+	uint16_t cols = (uint16_t)lsbx_arg_int(L, 3, "cols", 1, UINT16_MAX, 80);
+	sbx_err err = {0};
+
+	if (!ud->r)
+		return lsbx_push_fail(L, SBX_E_INVALID_ARGUMENT, "the run is closed");
+	if (sbx_run_resize(ud->r, rows, cols, &err) < 0)
+		return lsbx_push_err(L, &err);
+	lua_pushboolean(L, 1);
+	return 1;
+}
+
+/* r:pty() */
+static int l_run_pty(lua_State *L)
+{
+	lsbx_run *ud = check_run(L, 1);
+
+	lua_pushboolean(L, ud->r && sbx_run_has_pty(ud->r));
+	return 1;
+}
+
 /* r:close() and __gc */
 static int l_run_close(lua_State *L)
 {
@@ -341,8 +417,16 @@ static int l_run_tostring(lua_State *L)
 }
 
 static const luaL_Reg run_methods[] = {
-	{"next", l_run_next}, {"kill", l_run_kill},   {"result", l_run_result},
-	{"fds", l_run_fds},   {"close", l_run_close}, {NULL, NULL},
+	{"next", l_run_next},
+	{"kill", l_run_kill},
+	{"result", l_run_result},
+	{"fds", l_run_fds},
+	{"close", l_run_close},
+	{"write", l_run_write},
+	{"close_stdin", l_run_close_stdin},
+	{"resize", l_run_resize},
+	{"pty", l_run_pty},
+	{NULL, NULL},
 };
 
 void lsbx_run_register(lua_State *L)

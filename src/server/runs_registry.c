@@ -69,10 +69,15 @@ bool sbx_srv_runs_keep(sbx_srv_run *sr)
 
 	if (n_kept >= SRV_KEEP_MAX && oldest_ended())
 		sbx_srv_runs_free(oldest_ended());
-	if (n_kept >= SRV_KEEP_MAX || getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+	if (n_kept >= SRV_KEEP_MAX)
 		return false;
-	for (int i = 0; i < 16; i++)
-		snprintf(sr->run_id + 2 * i, 3, "%02x", rnd[i]);
+	/* An interactive run comes named (stream.c); others get an id here. */
+	if (!sr->run_id[0]) {
+		if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+			return false;
+		for (int i = 0; i < 16; i++)
+			snprintf(sr->run_id + 2 * i, 3, "%02x", rnd[i]);
+	}
 	sr->knext = kept_runs;
 	if (kept_runs)
 		kept_runs->kprev = sr;

@@ -376,7 +376,7 @@ void sbx_srv_stream_headers(sbx_srv_run *sr, h2o_req_t *req)
 						  : strlen("application/x-ndjson"));
 	h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL,
 		       H2O_STRLIT("no-store"));
-	if (sr->detach)
+	if (sr->run_id[0])
 		h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sbx-run-id"), 0,
 				      NULL, h2o_strdup(&req->pool, sr->run_id, 32).base, 32);
 	h2o_start_response(req, &sr->gen);
@@ -402,6 +402,12 @@ void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, 
 	}
 	lua_getfield(L, idx, "detach");
 	sr->detach = lua_toboolean(L, -1);
+	lua_pop(L, 1);
+	/* An interactive run is named by the Lua layer (its control routes
+	 * find it by that id); a detached one keeps the same id. */
+	lua_getfield(L, idx, "run_id");
+	if (lua_isstring(L, -1) && lua_objlen(L, -1) == 32)
+		memcpy(sr->run_id, lua_tostring(L, -1), 33);
 	lua_pop(L, 1);
 	if (sr->detach && !sbx_srv_runs_keep(sr)) {
 		/* Lua counted the run: give it back. */
@@ -440,7 +446,7 @@ void sbx_srv_stream_begin(sbx_srv *S, h2o_req_t *req, int idx, sbx_srv_fmt fmt, 
 	if (live_runs)
 		live_runs->prev = sr;
 	live_runs = sr;
-	if (sr->detach) {
+	if (sr->run_id[0]) {
 		sbx_srv_ev_run_id(sr);
 		sbx_srv_log(SRV_LOG_INFO, "event=run_detachable session=%s run=%s", sr->sid,
 			    sr->run_id);

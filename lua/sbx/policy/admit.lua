@@ -69,7 +69,8 @@ function M.run(engine, st, cmd, opts, extra_keys)
   local hooked = gen.hooks.on_run ~= nil
   local req = {
     cmd = cmd, argv = o.argv, script_type = o.script_type, cwd = o.cwd, timeout_s = o.timeout_s,
-    network_mode = o.network_mode, stdin = o.stdin_data ~= nil,
+    network_mode = o.network_mode, stdin = o.stdin_data ~= nil or o.stdin_live == true,
+    pty = o.pty_rows ~= nil,
     -- Only a hook reads the environment: no need to build it otherwise.
     env = hooked and env_map(o.env) or nil,
   }

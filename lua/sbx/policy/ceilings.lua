@@ -214,7 +214,7 @@ end
 -- ---- run ceilings ----
 
 local RUN_FIELDS = { cmd = 1, argv = 1, script_type = 1, env = 1, cwd = 1, timeout_s = 1,
-  network_mode = 1, stdin = 1, network_allowlist = 1 }
+  network_mode = 1, stdin = 1, network_allowlist = 1, pty = 1 }
 
 -- run(gen, req, ctx, [hook]) -> req with the run ceilings applied; raises.
 -- The request's shape is checked here too: it may come from a hook (hook

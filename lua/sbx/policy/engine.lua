@@ -123,7 +123,7 @@ function Engine:session_open(req, ctx, gen, host)
 end
 
 -- run(req, ctx, [gen]) -> req'.  req: { argv = {...}, cmd = (as given),
--- script_type, env = { K = V }, cwd, timeout_s, network_mode, stdin (bool) };
+-- script_type, env = { K = V }, cwd, timeout_s, network_mode, stdin (bool: any stdin), pty (bool) };
 -- ctx.session = { id, name, backend, network_mode, ... }.
 function Engine:run(req, ctx, gen)
   gen = self:for_session(gen)

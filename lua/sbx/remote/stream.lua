@@ -27,6 +27,8 @@ local answer = require "sbx.remote.answer"
 local M = {}
 
 M.STALL_BYTES = 64 * 1024
+-- How long a writer waits after sbxd said the run's stdin is full.
+M.STDIN_RETRY_MS = 50
 
 pcall(ffi.cdef, "int poll(void *fds, unsigned long nfds, int timeout);")
 
@@ -149,8 +151,10 @@ function M.start(conn, method, path, payload, o)
     if (req.status or 0) >= 300 and not src.final then return nil, src.result.err, req.status end
     if not src.final and req.error then return nil, answer.transport(req.error, o.backend) end
   end
-  -- A detached run's first event names it.
-  if o.detach then
+  src.control = o.control
+  src.stdin_off = 0
+  -- A detached (or interactive) run's first event names it.
+  if o.detach or o.named then
     while not src.meta.run_id and not req.done do conn:pump(250) end
     if not src.meta.run_id then
       pump(src, 0)
@@ -192,8 +196,9 @@ end
 
 -- Resetting the stream is all a client can do: sbxd kills the run (always
 -- with SIGKILL), or, for a detached run, keeps it and lets this client go.
-function Source:kill()
+function Source:kill(signo)
   if self.result then return true end
+  if signo and signo ~= 9 and self.control and self.meta.run_id then return self:_signal(signo) end
   self.conn:cancel(self.req)
   local ms = now_ms() - self.t0
   if self.meta.run_id then
@@ -202,6 +207,61 @@ function Source:kill()
     self.result = { term = "killed", returncode = -9, signo = 9, runtime_ms = ms }
   end
   return true, "ended"
+end
+
+-- Live stdin of an interactive run, through POST .../runs/{id}/stdin
+-- (sbx.server: offsets make a retry idempotent; a full pipe is a 503 and
+-- nothing is taken, which write() reports as 0: the Process retries).
+local function ctl(self, what, body)
+  if not self.control or not self.meta.run_id then
+    return nil, "InvalidArgument", "the run has no live stdin (stdin = true or pty)"
+  end
+  local st, v = self.control(self.meta.run_id, what, body)
+  if not st or st == 0 then return nil, "SandboxExecutionError", tostring(v) end
+  return st, v
+end
+
+function Source:write(data)
+  -- stdin_off nil (a re-attached run): append, and learn the offset.
+  local st, v = ctl(self, "stdin", { offset = self.stdin_off, data = data })
+  if not st then return nil, v, data end
+  if st == 200 or st == 503 then
+    local off = type(v) == "table" and tonumber(v.offset) or self.stdin_off or 0
+    local n = self.stdin_off and math.max(0, off - self.stdin_off)
+      or (type(v) == "table" and tonumber(v.taken)) or 0
+    self.stdin_off = math.max(self.stdin_off or 0, off)
+    if st == 503 and n == 0 then
+      -- Full: back off (reading the run's output meanwhile) rather than
+      -- asking again at once; retry-after's 1 s is too long for a terminal.
+      local until_ms = now_ms() + M.STDIN_RETRY_MS
+      repeat pump(self, math.max(0, math.floor(until_ms - now_ms())))
+      until now_ms() >= until_ms or self.req.done
+    end
+    return n
+  end
+  -- 404 (the run ended) or 410 (stdin closed): the reader is gone.
+  return nil, "SandboxExecutionError", type(v) == "table" and v.message or tostring(v)
+end
+
+function Source:close_stdin()
+  local st, v = ctl(self, "stdin", { offset = self.stdin_off, data = "", close = true })
+  if not st then return nil, v end
+  if st == 200 or st == 404 or st == 410 then return true end
+  return nil, "SandboxExecutionError", type(v) == "table" and v.message or tostring(v)
+end
+
+function Source:resize(rows, cols)
+  local st, v = ctl(self, "resize", { rows = rows, cols = cols })
+  if st == 200 or st == 404 then return true end
+  return nil, st and "SandboxExecutionError" or v, type(v) == "table" and v.message or tostring(v)
+end
+
+-- A signal other than KILL to an interactive run goes through its
+-- signal route (INT, QUIT, TSTP reach a pty's foreground group).
+function Source:_signal(signo)
+  local st, v = ctl(self, "signal", { signal = signo })
+  if st == 200 or st == 404 then return true end
+  return false, st and "SandboxExecutionError" or v, type(v) == "table" and v.message or tostring(v)
 end
 
 function Source:close()
