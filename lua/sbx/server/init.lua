@@ -46,7 +46,8 @@
 -- Sessions are used only through sbx.session's host API (limits,
 -- admit_run, warm_fd, start_run, open_file, is_closed: see its header).
 -- Answers are chosen by an error's kind and code (its fields), never by
--- its message text: STATUS and open_error below are the whole mapping.
+-- its message text: STATUS (sbx.server.answer) and open_error
+-- (sbx.server.files) are the whole mapping.
 --
 -- Tenancy: a session belongs to the tenant that created it; another tenant
 -- gets 404 for it, exactly as for an id that does not exist.  A session's
@@ -66,14 +67,21 @@ local policy = require "sbx.policy"
 local session = require "sbx.session"
 local node = require "sbx.remote.node"
 local podlimits = require "sbx.server.podlimits"
+local answer = require "sbx.server.answer"
+local files = require "sbx.server.files"
+local loop = require "sbx.server.loop"
+local proxyhost = require "sbx.server.proxyhost"
+local runcontrol = require "sbx.server.runcontrol"
+
+local reply, fail, from_error = answer.reply, answer.fail, answer.from_error
+local now_ms, wait_fd = loop.now_ms, loop.wait_fd
 
 local M = {}
 
 local cfg = {}
 local sessions = {}      -- id -> record
 local tenants = {}       -- tenant -> { sessions = n, runs = n }
-local counters = { policy_denials = 0 }
-local proxy_host -- below: serves allowlist sessions' proxies on our loop
+local px_host -- sbx.server.proxyhost: serves allowlist sessions' proxies on our loop
 
 -- Session options a remote client may not set: they name host paths or
 -- files of the server (the policy is the server's).
@@ -82,29 +90,6 @@ local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_run
 
 local ARRAY = { __array = true }
 local function array(t) return setmetatable(t, ARRAY) end
-
-local function now_ms()
-  local ok, core = pcall(require, "sbx.core")
-  if ok and core.monotonic_ms then return core.monotonic_ms() end
-  return os.time() * 1000
-end
-
--- The coroutines src/server/task.c runs handle(req) in: only they may
--- yield to the loop.
-local request_cos = setmetatable({}, { __mode = "k" })
-local function in_request()
-  local co = coroutine.running()
-  return co ~= nil and request_cos[co] == true
-end
-
--- wait_fd(fd, deadline_ms) -> true | nil, "timeout" | "cancelled": until
--- fd is readable, the loop serving everyone else meanwhile; with fd nil,
--- until the loop has had a turn (before a costly step: task.c).
-local function wait_fd(fd, deadline_ms)
-  if not in_request() then return nil, "not inside a request" end
-  if fd == nil then return coroutine.yield("turn", 0, deadline_ms) end
-  return coroutine.yield("fd", fd, deadline_ms)
-end
 
 -- How long past a hook's own deadline we wait for the worker's answer
 -- (hooks run one at a time: others may be ahead in the queue).
@@ -137,7 +122,7 @@ local function hook_runner(gen, hook, ...)
   local budget = gen.limits.ms + WORKER_SLACK_MS
   local id = hooks.post(msg)
   local rep, why
-  if in_request() then
+  if loop.in_request() then
     rep, why = coroutine.yield("job", id, now_ms() + budget)
   else
     rep, why = hooks.wait(id, budget)
@@ -169,37 +154,6 @@ local function tenant_rec(t)
   local r = tenants[t]
   if not r then r = { sessions = 0, runs = 0 } tenants[t] = r end
   return r
-end
-
-local function reply(status, body, extra)
-  local r = { status = status, body = body }
-  if extra then for k, v in pairs(extra) do r[k] = v end end
-  return r
-end
-
-local function fail(status, kind, message, fields)
-  local body = { kind = kind, message = message }
-  if fields then for k, v in pairs(fields) do body[k] = v end end
-  return reply(status, body)
-end
-
-local STATUS = {
-  InvalidArgument = 400, PolicyDenied = 403, BackendUnavailable = 503,
-  SessionClosed = 410, SandboxExecutionError = 500, SandboxCommandError = 500,
-}
-
--- An sbx error (or any Lua error) as an answer.
-local function from_error(e)
-  if type(e) ~= "table" or not e.kind then
-    io.stderr:write("sbxd: internal error: ", tostring(e), "\n")
-    return fail(500, "SandboxExecutionError", "internal error in the server", { reason = "internal error" })
-  end
-  if e.kind == "PolicyDenied" then counters.policy_denials = counters.policy_denials + 1 end
-  local body = {}
-  for k, v in pairs(e) do
-    if type(v) == "string" or type(v) == "number" or type(v) == "boolean" then body[k] = v end
-  end
-  return reply(STATUS[e.kind] or 500, body)
 end
 
 local function describe(rec, owner, req)
@@ -256,11 +210,6 @@ local function close_rec(rec, why)
     rec.s.id, rec.tenant, why, ok and "" or (" err=%q"):format(tostring(e))))
 end
 
-local function too_many(what, limit)
-  return fail(429, "TooManyRequests", ("%s: the limit is %d"):format(what, limit),
-    { retry_after_s = 1 }), { ["retry-after"] = "1" }
-end
-
 local function create_session(req)
   if not req.tenant then
     return fail(403, "Forbidden", "a session reference cannot open sessions")
@@ -280,15 +229,13 @@ local function create_session(req)
   end
   local t = tenant_rec(req.tenant)
   if t.sessions >= cfg.max_sessions then
-    local r, h = too_many("open sessions of tenant " .. req.tenant, cfg.max_sessions)
-    r.headers = h
-    return r
+    return answer.too_many("open sessions of tenant " .. req.tenant, cfg.max_sessions)
   end
   local opts = {}
   for k, v in pairs(body) do opts[k] = v end
   opts.policy = cfg.engine
   opts.warm_runs = cfg.warm_runs
-  opts.proxy_host = proxy_host
+  opts.proxy_host = px_host.host
   opts.wait = wait_fd
   opts.caller = { origin = "sbxd", tenant = req.tenant }
   -- The slot is taken before the open waits: opens of one tenant that
@@ -370,15 +317,13 @@ local function start_run(req, rec)
   end
   local t = tenant_rec(rec.tenant)
   if t.runs >= cfg.max_runs then
-    local r, h = too_many("concurrent runs of tenant " .. rec.tenant, cfg.max_runs)
-    r.headers = h
-    return r
+    return answer.too_many("concurrent runs of tenant " .. rec.tenant, cfg.max_runs)
   end
   t.runs = t.runs + 1
   rec.runs = rec.runs + 1
   local finished = false
   -- An interactive run (live stdin or a pty) is named, so that the
-  -- control routes (run_control) can reach it while its output streams.
+  -- control routes (sbx.server.runcontrol) can reach it while its output streams.
   local run_id = o.stdin_live and random_hex(16) or nil
   return { stream = {
     backend = s.backend,
@@ -402,207 +347,6 @@ local function start_run(req, rec)
       rec.runs = rec.runs - 1
     end,
   } }
-end
-
--- POST .../runs/{run_id}/stdin | resize | signal: drive an interactive
--- run (started with stdin = true or pty) while its output streams.
---   stdin  { offset = n, data = bytes, close = bool }: data is the run's
---          stdin from byte offset n on.  The server writes what the pipe
---          (or terminal) takes now and answers { offset = bytes taken in
---          all, taken = bytes of this chunk }; a retried chunk is not
---          written twice, a gap is 409; no offset appends at the end.  It
---          never holds stdin itself: a full pipe takes nothing and the
---          answer is 503 with retry-after (backpressure), so a run that
---          never reads costs the server no memory.  close = true once all
---          of data was taken ends stdin (a pty: ^D).
---   resize { rows, cols } (pty runs): SIGWINCH to the foreground group.
---   signal { signal = "INT" | number }: INT, QUIT, TSTP reach a pty's
---          foreground process group; any other goes to the run as
---          sbx_run_kill sends it.
-M.MAX_STDIN_CHUNK = 64 * 1024
-local function run_control(req, rec, run_id, what)
-  local ent = rec.live and rec.live[run_id]
-  if not ent then
-    return fail(404, "NotFound", ("no interactive run %s in session %s (ended, or not started with stdin = true or pty)")
-      :format(run_id, rec.s.id))
-  end
-  local body = req.body
-  if type(body) ~= "table" or body[1] ~= nil then
-    return from_error(errors.InvalidArgument("body", "a map expected"))
-  end
-  rec.last_ms = now_ms()
-  local r = ent.run
-  if what == "resize" then
-    local ok, rows, cols = pcall(options.pty_size, { rows = body.rows, cols = body.cols })
-    if not ok then return from_error(rows) end
-    if not ent.pty then return from_error(errors.InvalidArgument("pty", "the run has no terminal")) end
-    local done, kind, msg = r:resize(rows, cols)
-    if not done then return fail(500, kind or "SandboxExecutionError", tostring(msg)) end
-    return reply(200, { rows = rows, cols = cols })
-  elseif what == "signal" then
-    local sig = body.signal
-    local signo = type(sig) == "string" and require("sbx.core").signals[sig:upper():gsub("^SIG", "")]
-      or (type(sig) == "number" and sig == math.floor(sig) and sig >= 1 and sig <= 64 and sig) or nil
-    if not signo then
-      return from_error(errors.InvalidArgument("signal", "a signal name or number (1-64) expected"))
-    end
-    local done, kind, msg = r:kill(signo)
-    if not done then return fail(500, kind or "SandboxExecutionError", tostring(msg)) end
-    return reply(200, { signal = signo })
-  end
-  -- stdin
-  local offset, data = body.offset, body.data or ""
-  -- No offset: append at the end (a re-attached client learns it here).
-  if offset == nil then offset = ent.offset end
-  if type(offset) ~= "number" or offset < 0 or offset ~= math.floor(offset) then
-    return from_error(errors.InvalidArgument("offset", "a byte offset (integer >= 0) expected"))
-  end
-  if type(data) ~= "string" then return from_error(errors.InvalidArgument("data", "bytes expected")) end
-  if #data > M.MAX_STDIN_CHUNK then
-    return from_error(errors.InvalidArgument("data", ("at most %d bytes per chunk"):format(M.MAX_STDIN_CHUNK)))
-  end
-  if body.close ~= nil and type(body.close) ~= "boolean" then
-    return from_error(errors.InvalidArgument("close", "a boolean expected"))
-  end
-  if offset > ent.offset then
-    return fail(409, "Conflict", ("stdin offset %d is past the %d bytes taken so far"):format(offset, ent.offset),
-      { offset = ent.offset })
-  end
-  local skip, taken = ent.offset - offset, 0
-  if ent.closed then
-    return fail(410, "StdinClosed", "the run's stdin is closed", { offset = ent.offset })
-  end
-  if skip < #data then
-    local n, kind, msg = r:write(skip == 0 and data or data:sub(skip + 1))
-    if not n then
-      ent.closed = true
-      return fail(410, "StdinClosed", ("the run's stdin is closed (%s)"):format(tostring(msg)), { offset = ent.offset })
-    end
-    ent.offset, taken = ent.offset + n, n
-    if n == 0 then
-      local a = fail(503, "StdinFull", "the run is not reading its stdin: retry later",
-        { offset = ent.offset, taken = 0 })
-      a.headers = { ["retry-after"] = "1" }
-      return a
-    end
-  end
-  if body.close and ent.offset == offset + #data then
-    r:close_stdin()
-    if not ent.pty then ent.closed = true end
-  end
-  return reply(200, { offset = ent.offset, taken = taken })
-end
-
-local function unescape(s)
-  return (s:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
-end
-
--- The query of PUT .../files/{path}: only offset=N (a decimal integer,
--- at most once).  -> offset (0 when absent) | nil, answer.
-local MAX_OFFSET_DIGITS = 15 -- below 2^53: exact as a Lua number
-local function put_offset(query)
-  local offset
-  for part in (query or ""):gmatch("[^&]+") do
-    local k, v = part:match("^([^=]*)=?(.*)$")
-    k = unescape(k)
-    if k ~= "offset" then
-      return nil, from_error(errors.InvalidArgument(k:sub(1, 64),
-        ("unknown query parameter %q (PUT files takes only offset)"):format(k:sub(1, 64))))
-    end
-    if offset then
-      return nil, from_error(errors.InvalidArgument("offset", "given more than once"))
-    end
-    v = unescape(v)
-    if not v:match("^%d+$") then
-      return nil, from_error(errors.InvalidArgument("offset",
-        ("%q is not a decimal integer >= 0"):format(v:sub(1, 64))))
-    end
-    if #v:match("^0*(.-)$") > MAX_OFFSET_DIGITS then
-      return nil, from_error(errors.InvalidArgument("offset",
-        ("%s is out of range (at most %d digits)"):format(v:sub(1, 64), MAX_OFFSET_DIGITS)))
-    end
-    offset = tonumber(v)
-  end
-  return offset or 0
-end
-
-local function over_max_file(limits, bytes)
-  return fail(413, "InvalidArgument", ("%d bytes is over the session's max_file_bytes (%d)"):format(
-    bytes, limits.max_file_bytes), { option = "data" })
-end
-
--- The status of an error of Session:open_file by its code (sbx.errors):
--- too large 413, missing 404; others by kind.
-local OPEN_STATUS = { too_large = 413, not_found = 404 }
-
--- An error of Session:open_file as an answer (conflict: a missing file of
--- an append is 409 with size 0).
-local function open_error(e, conflict)
-  local status = type(e) == "table" and e.kind == "InvalidArgument" and OPEN_STATUS[e.code]
-  if status == 404 and conflict then return conflict(0, tostring(e.message)) end
-  local r = from_error(e)
-  if status then r.status = status end
-  return r
-end
-
--- The writes of uploads run on threads of their own (src/server/fileio.c);
--- the handler waits for each on the loop.  A write outlasting this is
--- reported as failed (it still ends on its thread).
-local FILE_IO_TIMEOUT_MS = 120000
-
-local function finish_job(job, what)
-  local ok, why = wait_fd(job:fd(), now_ms() + FILE_IO_TIMEOUT_MS)
-  if not ok then return nil, "SandboxExecutionError", ("the %s did not finish (%s)"):format(what, tostring(why)) end
-  return job:result()
-end
-
--- Session:put_bytes's writer in sbxd.
-local function put_off_loop(cs, rel, data, max_bytes)
-  local job, kind, msg = cfg.file_io.put(cs, rel, data, max_bytes)
-  if not job then return nil, kind, msg end
-  return finish_job(job, "write")
-end
-
--- PUT with offset N > 0: append the body to the file whose size is N
--- (src/server/fileput.c); any other size is 409 with the current size.
-local function append(rec, path, offset, data)
-  local function conflict(size, why)
-    return fail(409, "Conflict", ("%s: cannot append at offset %d: %s"):format(path, offset, why),
-      { path = path, offset = offset, size = size })
-  end
-  if offset + #data > rec.limits.max_file_bytes then return over_max_file(rec.limits, offset + #data) end
-  local ok, fd = pcall(rec.s.open_file, rec.s, path)
-  if not ok then return open_error(fd, conflict) end
-  local job, jkind, jmsg = cfg.file_io.append(fd, offset, data)
-  local done, kind, msg, size
-  if job then
-    done, kind, msg, size = finish_job(job, "append")
-  else
-    kind, msg = jkind, jmsg
-  end
-  if done then return reply(200, { path = path, size = kind, offset = offset }) end
-  if kind == "Conflict" then return conflict(size, msg) end
-  return from_error(kind == "InvalidArgument" and errors.InvalidArgument("path", msg)
-    or errors.from_core(kind, msg))
-end
-
-local function file_op(req, rec, path)
-  path = unescape(path)
-  if req.method == "PUT" then
-    local offset, bad = put_offset(req.query)
-    if not offset then return bad end
-    local data = req.raw or ""
-    if offset > 0 then return append(rec, path, offset, data) end
-    if #data > rec.limits.max_file_bytes then return over_max_file(rec.limits, #data) end
-    local ok, e = pcall(rec.s.put_bytes, rec.s, path, data, put_off_loop)
-    if not ok then return from_error(e) end
-    return reply(200, { path = path, size = #data, offset = 0 })
-  end
-  -- GET streams the file from an fd (handler.c), never holding it whole;
-  -- HEAD answers its size only.
-  local ok, data, size = pcall(rec.s.open_file, rec.s, path)
-  if not ok then return open_error(data) end
-  return { status = 200, file = { fd = data, size = size } }
 end
 
 -- The pod's ceilings (sbx.server.podlimits) on a generation just loaded.
@@ -638,8 +382,7 @@ local function admin_reload(req)
 end
 
 function M.handle(req)
-  local co = coroutine.running()
-  if co then request_cos[co] = true end
+  loop.enter_request()
   local path, method = req.path, req.method
   if path == "/v1/admin/reload-policy" then
     if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
@@ -680,7 +423,7 @@ function M.handle(req)
     if method ~= "POST" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
     local rec, err = lookup(req, id, false)
     if not rec then return err end
-    return run_control(req, rec, crun, what)
+    return runcontrol.handle(req, rec, crun, what)
   end
   local run_id = rest:match("^/runs/(%x+)$")
   if run_id then
@@ -697,76 +440,17 @@ function M.handle(req)
     end
     local rec, err = lookup(req, id, false)
     if not rec then return err end
-    local r = file_op(req, rec, fpath)
+    local r = files.op(req, rec, fpath)
     r.log = "session=" .. id
     return r
   end
   return fail(404, "NotFound", "no route " .. method .. " " .. path:sub(1, 200))
 end
 
--- The allowlist proxy of every session, on sbxd's event loop (main.c
--- watches M.proxy_fd() and calls M.proxy()'s px:wake, in C, when it is
--- readable).  Relaying and parsing never come here: proxy_batch gets, once
--- per wake-up, the questions of every connection waiting for a verdict and
--- the proxy's log lines.  Each session's listener is tagged with its id;
--- the session's own decide function (sbx.session: engine:proxy_verdict with
--- its context) answers for it, on the loop, except where the policy has an
--- on_connect hook: then the whole verdict on the name is asked of the
--- policy worker (engine:proxy_verdict there, with the same generation and
--- context), the connection waits (pending), and M.hook_answer gives the
--- verdict back.
-local proxy_routes = {}
-local pending_verdicts = {} -- worker message id -> proxy ticket
-proxy_host = {
-  add = function(_, fd, id, decide, info)
-    local ok, kind, msg = cfg.proxy:add(fd, id)
-    if not ok then errors.raise(errors.from_core(kind, msg)) end
-    proxy_routes[id] = { decide = decide, info = info }
-  end,
-  remove = function(_, id)
-    cfg.proxy:remove(id)
-    proxy_routes[id] = nil
-  end,
-}
-
-local function proxy_decide(q)
-  local route = proxy_routes[q.tag]
-  if not route then return { allow = false, reason = "the session is gone" } end
-  local info = route.info
-  if q.phase == "name" and cfg.hooks and info then
-    local gen = info.engine:for_session(info.gen)
-    if gen.hooks.on_connect then
-      local id = cfg.hooks.post({ op = "verdict", generation = ensure_loaded(gen), q = q, ctx = info.ctx })
-      pending_verdicts[id] = q.ticket
-      return { pending = true }
-    end
-  end
-  return route.decide(q)
-end
-
--- One wake-up's questions and log lines (src/lua/proxy.c, batch): a
--- verdict per question, in order.  A question whose decide fails is
--- refused on its own, the others still get theirs.
-local function proxy_batch(queries, logs)
-  for _, line in ipairs(logs) do io.stderr:write("ts=- level=info event=proxy ", line, "\n") end
-  local verdicts = {}
-  for i, q in ipairs(queries) do
-    local ok, v = pcall(proxy_decide, q)
-    verdicts[i] = ok and v
-      or { allow = false, reason = "policy check failed: " .. tostring(type(v) == "table" and v.message or v) }
-  end
-  return verdicts
-end
-
 -- An answer of the policy worker no request waits for (task.c): a proxy
--- verdict.  Anything but a well-formed allowing verdict refuses.
+-- verdict (sbx.server.proxyhost).
 function M.hook_answer(id, rep)
-  local ticket = pending_verdicts[id]
-  if not ticket then return end
-  pending_verdicts[id] = nil
-  local v = type(rep) == "table" and type(rep.verdict) == "table" and rep.verdict
-    or { allow = false, reason = "policy check failed: " .. tostring(type(rep) == "table" and rep.err or rep) }
-  cfg.proxy:decided(ticket, v)
+  if px_host then px_host.hook_answer(id, rep) end
 end
 
 function M.proxy_fd() return cfg.proxy:fd() end
@@ -790,6 +474,7 @@ function M.init(c)
   cfg.max_body = c.max_body
   cfg.file_append = c.file_append
   cfg.file_io = c.file_io
+  files.file_io = c.file_io
   cfg.hooks = c.hooks
   -- The server must outlive any sandbox the OOM killer considers; without
   -- CAP_SYS_RESOURCE this fails, and the runs' own high scores still make
@@ -809,7 +494,8 @@ function M.init(c)
   if not ok then error("policy: " .. tostring(type(e) == "table" and e.message or e), 0) end
   cfg.engine = e
   pod_ceilings(e.current)
-  cfg.proxy = core.proxy_new { batch = proxy_batch }
+  px_host = proxyhost.new(cfg, ensure_loaded)
+  cfg.proxy = core.proxy_new { batch = px_host.batch }
   return true
 end
 
@@ -830,7 +516,7 @@ function M.stats()
   local n = 0
   for _ in pairs(sessions) do n = n + 1 end
   local px = cfg.proxy and cfg.proxy:stats() or {}
-  return { sessions_open = n, policy_denials = counters.policy_denials,
+  return { sessions_open = n, policy_denials = answer.policy_denials,
     proxy_accepted = px.accepted or 0, proxy_allowed = px.allowed or 0,
     proxy_refused = px.refused or 0, proxy_failed = px.failed or 0, proxy_active = px.active or 0,
     proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0,
