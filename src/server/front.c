@@ -194,26 +194,10 @@ int sbx_front_start(sbx_srv *S, int listen_fd, void *ssl_ctx, sbx_err *err)
 	F.S = S;
 	F.ssl_ctx = ssl_ctx;
 	F.listen_fd = listen_fd;
-	/* A connection may hold a few --max-body requests at once, the server
-	 * sixteen: bounded, yet parallel uploads of one client fit. */
-	o->lim.max_body = S->max_body;
-	if (o->lim.body_conn == 0)
-		o->lim.body_conn = 4 * (uint64_t)S->max_body;
-	if (o->lim.body_total == 0)
-		o->lim.body_total = 16 * (uint64_t)S->max_body;
-	if (o->max_conns == 0) {
-		/* Each connection costs 3 descriptors (client, both ends of the
-		 * socketpair); a quarter of the limit stays for sessions. */
-		uint64_t nofile = 1024;
-		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-			nofile = rl.rlim_cur;
-		uint64_t n = (nofile - nofile / 4) / 3;
-		o->max_conns = n < 16 ? 16 : n > 100000 ? 100000 : (uint32_t)n;
-	}
-	/* A source gets 1/32 of the total (at least 4): 20 sources, or 31,
-	 * cannot fill it, and beyond that idle ones are shed first. */
-	if (o->max_conns_per_addr == 0)
-		o->max_conns_per_addr = o->max_conns / 32 > 4 ? o->max_conns / 32 : 4;
+	uint64_t nofile = 1024;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		nofile = rl.rlim_cur;
+	sbx_front_derive(o, S->max_body, nofile);
 	F.linger_max = o->max_conns / 8 > 8 ? o->max_conns / 8 : 8;
 	F.fb = sbx_fb_new(o->rst_shared, (uint64_t)o->cooldown_s * 1000);
 	if (!F.fb)

@@ -20,6 +20,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "front_budget.h"
+#include "front_opts.h"
 #include "h2guard.h"
 
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -51,23 +52,13 @@ static size_t body(void *ud, int status, bool msgpack, char *buf, size_t cap, co
 	return (size_t)n;
 }
 
+/* The front's own defaults (front_opts.c), with a --max-body of 8 MiB. */
 static void limits(sbx_h2g_limits *l)
 {
-	memset(l, 0, sizeof(*l));
-	l->max_header_list = 64 * 1024;
-	l->max_header_fields = 256;
-	l->max_continuations = 32;
-	l->rst = (sbx_h2g_rate){33, 1000};
-	l->empty = (sbx_h2g_rate){10, 100};
-	l->continuation = (sbx_h2g_rate){200, 1000};
-	l->ping = (sbx_h2g_rate){10, 100};
-	l->settings = (sbx_h2g_rate){10, 100};
-	l->priority = (sbx_h2g_rate){100, 1000};
-	l->window_update = (sbx_h2g_rate){100, 1000};
-	l->streams = (sbx_h2g_rate){5000, 10000};
-	l->max_body = 8 << 20;
-	l->body_conn = 32 << 20;
-	l->body_total = 128 << 20;
+	sbx_front_opts o;
+	sbx_front_defaults(&o);
+	sbx_front_derive(&o, 8 << 20, 1024);
+	*l = o.lim;
 }
 
 static void frame(uint8_t *out, uint32_t len, uint8_t type, uint8_t flags, uint32_t id)
