@@ -3,6 +3,9 @@
  * guard (or the HTTP/1.1 pipe) to h2o, h2o's back to the client, each
  * direction bounded (CAP) with reads paused past it (backpressure).
  */
+#include <errno.h>
+#include <sys/socket.h>
+
 #include "front_int.h"
 
 static void on_client_write(h2o_socket_t *sock, const char *err)
@@ -29,6 +32,41 @@ static void on_inner_write(h2o_socket_t *sock, const char *err)
 	front_flush(c);
 }
 
+/* Plain text: write p (n bytes) to the client's socket as far as it
+ * takes without waiting, bypassing h2o's socket (nothing is being written
+ * through it: the caller checks); returns what was written.  The rest
+ * goes through h2o_socket_write, which waits for the socket and sees its
+ * errors. */
+static size_t send_now(conn *c, const uint8_t *p, size_t n)
+{
+	int fd = h2o_socket_get_fd(c->client);
+	size_t done = 0;
+	while (done < n) {
+		ssize_t w = send(fd, p + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			break;
+		done += (size_t)w;
+	}
+	return done;
+}
+
+/* What the guard left in place (p, n bytes): written now; only what the
+ * socket does not take is copied, into the client buffer (empty: the
+ * guard leaves bytes in place only then). */
+static void write_direct(conn *c, const uint8_t *p, size_t n)
+{
+	size_t w = send_now(c, p, n);
+	sbx_h2g_buf_put(sbx_h2g_to_client(c->g), p + w, n - w);
+}
+
+static void client_write_cw(conn *c)
+{
+	h2o_iovec_t v = h2o_iovec_init(c->cw.data + c->cw.off, c->cw.len - c->cw.off);
+	h2o_socket_write(c->client, &v, 1, on_client_write);
+}
+
 /* Move what is queued into the write buffers (a swap, no copy) and start
  * the writes; pause and resume the reads around CAP. */
 void front_flush(conn *c)
@@ -46,11 +84,16 @@ void front_flush(conn *c)
 	}
 	bool hold = c->mode == M_H1 && c->h1_state == H1_UPGRADE;
 	if (c->client && !hold && c->cw.len == 0 && down->len > down->off) {
+		/* plain text: as much as the socket takes now, without h2o */
+		if (!F.ssl_ctx)
+			sbx_h2g_buf_consume(
+				down, send_now(c, down->data + down->off, down->len - down->off));
+	}
+	if (c->client && !hold && c->cw.len == 0 && down->len > down->off) {
 		sbx_h2g_buf t = c->cw;
 		c->cw = *down;
 		*down = t;
-		h2o_iovec_t v = h2o_iovec_init(c->cw.data + c->cw.off, c->cw.len - c->cw.off);
-		h2o_socket_write(c->client, &v, 1, on_client_write);
+		client_write_cw(c);
 	}
 	if (c->client && c->cw.len == 0 && down->len == down->off && (c->closing || !c->inner)) {
 		front_linger(c); /* everything said */
@@ -139,6 +182,26 @@ void front_on_client_read(h2o_socket_t *sock, const char *err)
 	front_flush(c);
 }
 
+/* h2o's bytes may go from the read buffer straight to the client's
+ * socket: plain text (TLS copies anyway, into its records), HTTP/2, and
+ * nothing of ours being written to it (that would go first). */
+static bool can_write_direct(const conn *c)
+{
+	return !F.ssl_ctx && c->client && c->g && !c->closing && c->cw.len == 0;
+}
+
+/* h2o's bytes through the guard toward the client. */
+static int from_h2o(conn *c, const uint8_t *p, size_t n)
+{
+	uint64_t now = sbx_srv_now_ms();
+	if (!can_write_direct(c))
+		return sbx_h2g_from_server(c->g, p, n, now);
+	size_t off = 0, len = 0;
+	int rv = sbx_h2g_from_server_span(c->g, p, n, now, &off, &len);
+	write_direct(c, p + off, len);
+	return rv;
+}
+
 void front_on_inner_read(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
@@ -146,8 +209,8 @@ void front_on_inner_read(h2o_socket_t *sock, const char *err)
 	/* h2o's last bytes may come with its close: relay them first */
 	if (sock->input->size > 0) {
 		if (c->g) {
-			int rv = sbx_h2g_from_server(c->g, (const uint8_t *)sock->input->bytes,
-						     sock->input->size, sbx_srv_now_ms());
+			int rv =
+				from_h2o(c, (const uint8_t *)sock->input->bytes, sock->input->size);
 			front_taken(sock);
 			if (rv != SBX_H2G_OK) {
 				front_guard_closed(c);

@@ -22,6 +22,7 @@
 #include "front_budget.h"
 #include "front_opts.h"
 #include "h2guard.h"
+#include "h2guard_int.h" /* SERVER_FRAME_MAX */
 
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -130,6 +131,11 @@ static void stop(t *x)
 	assert_int_equal(x->held_total, 0); /* every held byte given back */
 	nghttp2_hd_deflate_del(x->def);
 	free(x);
+}
+
+static size_t h2g_avail_of(const sbx_h2g_buf *b)
+{
+	return b->len - b->off;
 }
 
 static void drain(t *x)
@@ -766,6 +772,89 @@ static int reset_one(t *x, uint32_t id, const char *auth)
 	return rv;
 }
 
+/* ---- relaying h2o's frames without copying them (the front's direct path) ---- */
+
+/* Appends a frame to b (at *n). */
+static void put_frame(uint8_t *b, size_t *n, uint8_t type, uint8_t flags, uint32_t id, size_t len)
+{
+	frame(b + *n, (uint32_t)len, type, flags, id);
+	memset(b + *n + 9, 'x', len);
+	*n += 9 + len;
+}
+
+static void test_span_leaves_whole_frames_in_place(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	static uint8_t b[4096];
+	size_t n = 0, off = 1, len = 1;
+	drain(x);
+	assert_int_equal(request(x, 1, "GET", "/v1/x", "Bearer good", true), 0);
+	drain(x);
+	put_frame(b, &n, 1, 0x4, 1, 1); /* HEADERS */
+	put_frame(b, &n, 0, 0, 1, 100); /* DATA */
+	put_frame(b, &n, 0, 0, 1, 50);	/* DATA */
+	size_t whole = n;
+	put_frame(b, &n, 0, 0x1, 1, 20); /* DATA, END_STREAM: only 5 bytes of it now */
+	assert_int_equal(sbx_h2g_from_server_span(x->g, b, whole + 5, x->now, &off, &len), 0);
+	assert_int_equal(off, 0);
+	assert_int_equal(len, whole); /* every whole frame, left where it lies */
+	assert_int_equal(h2g_avail_of(sbx_h2g_to_client(x->g)), 0);
+	assert_int_equal(sbx_h2g_open_streams(x->g), 1);
+	/* the rest of a frame assembled across calls is copied: its bytes moved */
+	assert_int_equal(
+		sbx_h2g_from_server_span(x->g, b + whole + 5, n - whole - 5, x->now, &off, &len),
+		0);
+	assert_int_equal(len, 0);
+	assert_int_equal(h2g_avail_of(sbx_h2g_to_client(x->g)), 29);
+	assert_int_equal(sbx_h2g_open_streams(x->g), 0); /* its END_STREAM was seen */
+	stop(x);
+}
+
+/* What the guard says itself after frames it left in place comes after
+ * them: they are copied into the client buffer first. */
+static void test_span_keeps_order_with_goaway(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	static uint8_t b[4096];
+	size_t n = 0, off = 1, len = 1;
+	assert_int_equal(request(x, 1, "GET", "/v1/x", "Bearer good", false), 0);
+	drain(x);
+	put_frame(b, &n, 0, 0, 1, 100);
+	frame(b + n, SERVER_FRAME_MAX + 1, 0, 0, 1); /* too large: h2o never says that */
+	n += 9;
+	int rv = sbx_h2g_from_server_span(x->g, b, n, x->now, &off, &len);
+	assert_int_equal(len, 0);
+	expect_close(x, rv, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+	const sbx_h2g_buf *c = sbx_h2g_to_client(x->g);
+	assert_int_equal(c->data[c->off + 3], 0); /* the DATA first */
+	assert_memory_equal(c->data + c->off, b, 109);
+	stop(x);
+}
+
+/* Something already queued for the client (a 401 answered here): h2o's
+ * frames go after it, copied. */
+static void test_span_after_queued_bytes(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	static uint8_t b[256];
+	size_t n = 0, off = 1, len = 1;
+	assert_int_equal(request(x, 1, "GET", "/v1/x", "Bearer good", true), 0);
+	drain(x);
+	assert_int_equal(request(x, 3, "GET", "/v1/x", "Bearer bad", true), 0);
+	size_t queued = h2g_avail_of(sbx_h2g_to_client(x->g));
+	assert_true(queued > 0);
+	put_frame(b, &n, 1, 0x5, 1, 1);
+	assert_int_equal(sbx_h2g_from_server_span(x->g, b, n, x->now, &off, &len), 0);
+	assert_int_equal(len, 0);
+	const sbx_h2g_buf *c = sbx_h2g_to_client(x->g);
+	assert_int_equal(h2g_avail_of(c), queued + n);
+	assert_memory_equal(c->data + c->off + queued, b, n);
+	stop(x);
+}
+
 static void test_reset_budget_outlives_connections(void **state)
 {
 	(void)state;
@@ -884,6 +973,9 @@ int main(void)
 		cmocka_unit_test(test_bad_sizes),
 		cmocka_unit_test(test_not_h2),
 		cmocka_unit_test(test_byte_at_a_time),
+		cmocka_unit_test(test_span_leaves_whole_frames_in_place),
+		cmocka_unit_test(test_span_keeps_order_with_goaway),
+		cmocka_unit_test(test_span_after_queued_bytes),
 		cmocka_unit_test(test_reset_budget_outlives_connections),
 		cmocka_unit_test(test_reset_budget_spares_legit_clients),
 		cmocka_unit_test(test_reset_budget_table),
