@@ -76,7 +76,8 @@ struct sbx_h2g {
 	bucket b_rst, b_empty, b_cont, b_ping, b_settings, b_prio, b_wu, b_streams;
 	stream *streams;
 	size_t n_streams, cap_streams;
-	uint32_t wu_credit; /* WINDOW_UPDATEs earned by DATA h2o sent */
+	uint32_t wu_credit;  /* WINDOW_UPDATEs earned by DATA h2o sent */
+	uint32_t rst_credit; /* RST_STREAMs earned by streams that ended */
 	uint64_t held;
 	uint64_t n401, n503;
 	/* Streams answered here while their client was still sending: its DATA

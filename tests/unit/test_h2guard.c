@@ -558,6 +558,32 @@ static void test_rapid_reset(void **state)
 	stop(x);
 }
 
+/* libcurl resets each stream after it ended (STREAM_CLOSED): a kept
+ * connection doing thousands of requests faster than --rate-rst is not a
+ * rapid reset; resets of ended streams beyond what the streams earned
+ * still are. */
+static void test_resets_of_ended_streams(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	uint8_t closed[4] = {0, 0, 0, 5};
+	uint32_t id = 1;
+	for (int i = 0; i < 3000; i++, id += 2) { /* all at one instant: no refill */
+		assert_int_equal(request(x, id, "POST", "/v1/x", "Bearer good", true), 0);
+		uint8_t h[1] = {0x88};
+		assert_int_equal(server_frame(x, 1, 0x4, id, h, 1), SBX_H2G_OK);
+		assert_int_equal(server_frame(x, 0, 0x1, id, "ok", 2), SBX_H2G_OK);
+		assert_int_equal(send_frame(x, 3, 0, id, closed, 4), SBX_H2G_OK);
+		drain(x);
+	}
+	/* control: resets of those ended streams again, nothing earned them */
+	int rv = 0;
+	for (uint32_t k = 1; k < id && rv == 0; k += 2)
+		rv = send_frame(x, 3, 0, k, closed, 4);
+	expect_close(x, rv, SBX_H2G_CALM, SBX_H2G_R_RST);
+	stop(x);
+}
+
 static void test_server_refusals_count(void **state)
 {
 	(void)state;
@@ -962,6 +988,7 @@ int main(void)
 		cmocka_unit_test(test_empty_continuations),
 		cmocka_unit_test(test_continuation_wrong_stream),
 		cmocka_unit_test(test_rapid_reset),
+		cmocka_unit_test(test_resets_of_ended_streams),
 		cmocka_unit_test(test_server_refusals_count),
 		cmocka_unit_test(test_ping_flood),
 		cmocka_unit_test(test_settings_flood),
