@@ -1,5 +1,5 @@
 /*
- * front.h: sbxd's front (front.c): it owns every client connection
+ * front.h: sbxd's front (front*.c, see front_int.h): it owns every client connection
  * (accept, TLS, connection budgets, timeouts) and hands h2o one end of a
  * socketpair, relaying bytes through the HTTP/2 guard (h2guard.h).
  */
