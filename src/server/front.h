@@ -1,5 +1,5 @@
 /*
- * front.h: sbxd's front (front.c): it owns every client connection
+ * front.h: sbxd's front (front*.c, see front_int.h): it owns every client connection
  * (accept, TLS, connection budgets, timeouts) and hands h2o one end of a
  * socketpair, relaying bytes through the HTTP/2 guard (h2guard.h).
  */
@@ -8,28 +8,9 @@
 
 #include <stdio.h>
 
+#include "front_opts.h"
 #include "h2guard.h"
 #include "server.h"
-
-typedef struct sbx_front_opts {
-	sbx_h2g_limits lim;	     /* per connection (held_total set by the front) */
-	uint32_t max_conns;	     /* 0: from RLIMIT_NOFILE */
-	uint32_t max_conns_per_addr; /* 0: half of max_conns */
-	uint32_t header_timeout_s;
-	uint32_t idle_timeout_s;
-	sbx_h2g_rate rst_shared; /* resets before an answer per tenant/source */
-	uint32_t cooldown_s;	 /* a tenant/source that spent it is refused */
-} sbx_front_opts;
-
-/* Defaults, filled before the flags are parsed. */
-extern sbx_front_opts sbx_front_o;
-void sbx_front_defaults(sbx_front_opts *o);
-
-/* Parse one of the front's flags (getopt long option name without "--");
- * returns 1 when it was one (bad set on a bad value), 0 when not. */
-int sbx_front_flag(const char *name, const char *value, bool *bad);
-/* "[--flag VALUE] ..." for the usage text. */
-extern const char *const sbx_front_usage;
 
 /* Start the front's thread serving listen_fd (listening, non-blocking;
  * taken); ssl_ctx: the TLS context or NULL.  h2o's ends of the

@@ -1,14 +1,15 @@
 /*
- * front_opts.c: the front's flags (front.h), their defaults and why, and
+ * front_opts.c: the front's flags (front_opts.h), their defaults and why, and
  * their parsing: header budgets, frame rates (RATE[:BURST]), body
  * budgets, connection budgets and timeouts.
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "front.h"
+#include "front_opts.h"
 
 sbx_front_opts sbx_front_o;
 
@@ -39,6 +40,27 @@ void sbx_front_defaults(sbx_front_opts *o)
 	 * requests close their connections for 10 s. */
 	o->rst_shared = (sbx_h2g_rate){33, 500};
 	o->cooldown_s = 10;
+}
+
+void sbx_front_derive(sbx_front_opts *o, uint64_t max_body, uint64_t nofile)
+{
+	/* A connection may hold a few --max-body requests at once, the server
+	 * sixteen: bounded, yet parallel uploads of one client fit. */
+	o->lim.max_body = max_body;
+	if (o->lim.body_conn == 0)
+		o->lim.body_conn = 4 * (uint64_t)max_body;
+	if (o->lim.body_total == 0)
+		o->lim.body_total = 16 * (uint64_t)max_body;
+	if (o->max_conns == 0) {
+		/* Each connection costs 3 descriptors (client, both ends of the
+		 * socketpair); a quarter of the limit stays for sessions. */
+		uint64_t n = (nofile - nofile / 4) / 3;
+		o->max_conns = n < 16 ? 16 : n > 100000 ? 100000 : (uint32_t)n;
+	}
+	/* A source gets 1/32 of the total (at least 4): 20 sources, or 31,
+	 * cannot fill it, and beyond that idle ones are shed first. */
+	if (o->max_conns_per_addr == 0)
+		o->max_conns_per_addr = o->max_conns / 32 > 4 ? o->max_conns / 32 : 4;
 }
 
 static int rate_arg(const char *v, sbx_h2g_rate *r)

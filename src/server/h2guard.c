@@ -83,10 +83,19 @@ static stream *add_stream(sbx_h2g *g, uint32_t id)
 	return s;
 }
 
+/* A stream that ended both ways earns its client one RST_STREAM for it:
+ * libcurl resets every finished stream (STREAM_CLOSED), so a kept
+ * connection doing more than --rate-rst requests a second would
+ * otherwise be cut as a rapid reset. */
+#define RST_CREDIT_MAX 1024
+
 static void maybe_done(sbx_h2g *g, stream *s)
 {
-	if (s->client_closed && s->server_closed)
+	if (s->client_closed && s->server_closed) {
 		drop_stream(g, s);
+		if (g->rst_credit < RST_CREDIT_MAX)
+			g->rst_credit++;
+	}
 }
 
 /* ---- header blocks ---- */
@@ -393,9 +402,13 @@ static int on_client_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 	case F_RST: {
 		if (len != 4 || id == 0 || id > g->last_id)
 			return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_PROTOCOL);
-		if (!sbx_h2g_take(&g->b_rst, &g->lim.rst, now))
-			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
 		stream *s = find_stream(g, id);
+		/* A reset of a stream that ended costs h2o nothing: paid from
+		 * the credit its ending earned; any other from the rate. */
+		if (!s && g->rst_credit > 0)
+			g->rst_credit--;
+		else if (!sbx_h2g_take(&g->b_rst, &g->lim.rst, now))
+			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
 		/* Reset before h2o answered: the request cost the server and
 		 * gave the client nothing; its budget outlives the connection. */
 		bool spent = s && s->key && !s->server_headers && g->hooks.reset &&
@@ -539,11 +552,30 @@ static void server_settings(sbx_h2g *g, const uint8_t *f, uint32_t len)
 				g->inf, (size_t)((uint32_t)x[2] << 24 | (uint32_t)x[3] << 16 |
 						 (uint32_t)x[4] << 8 | x[5]));
 	}
-	h2g_frame_head(&g->to_client, len + 6, F_SETTINGS, f[4], 0);
-	sbx_h2g_buf_put(&g->to_client, f + 9, len);
-	sbx_h2g_buf_put(&g->to_client, e, 6);
-	h2g_append(&g->to_client, &g->early);
+	sbx_h2g_buf *out = h2g_out(g);
+	h2g_frame_head(out, len + 6, F_SETTINGS, f[4], 0);
+	sbx_h2g_buf_put(out, f + 9, len);
+	sbx_h2g_buf_put(out, e, 6);
+	h2g_append(out, &g->early);
 	sbx_h2g_buf_free(&g->early);
+}
+
+/* An h2o frame relayed unchanged: left in the caller's bytes (the span)
+ * when nothing is queued before it, else appended to the client buffer.
+ * Frames assembled in sin or srun are always copied: those buffers move. */
+static void relay(sbx_h2g *g, const uint8_t *f, size_t n)
+{
+	if (g->span_len > 0 && g->span + g->span_len == f) {
+		g->span_len += n;
+		return;
+	}
+	if (g->span_len == 0 && h2g_avail(&g->to_client) == 0 && f >= g->in_lo &&
+	    f + n <= g->in_hi) {
+		g->span = f;
+		g->span_len = n;
+		return;
+	}
+	sbx_h2g_buf_put(h2g_out(g), f, n);
 }
 
 static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t now)
@@ -552,7 +584,6 @@ static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 	uint32_t id = ((uint32_t)f[5] << 24 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 8 | f[8]) &
 		      0x7fffffffu;
 	stream *s = id ? find_stream(g, id) : NULL;
-	sbx_h2g_buf *out = &g->to_client;
 
 	if (h2g_avail(&g->srun) > 0 && type != F_CONTINUATION)
 		return h2g_fail(g, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
@@ -580,7 +611,7 @@ static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 			if (!(flags & FL_END_HEADERS))
 				return SBX_H2G_OK;
 			/* the run is complete: relay it in one piece */
-			h2g_append(out, &g->srun);
+			h2g_append(h2g_out(g), &g->srun);
 			sbx_h2g_buf_consume(&g->srun, h2g_avail(&g->srun));
 			if (s)
 				maybe_done(g, s);
@@ -601,7 +632,7 @@ static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 	case F_RST:
 		/* Streams h2o refuses or resets cost like the client's resets. */
 		if (!sbx_h2g_take(&g->b_rst, &g->lim.rst, now)) {
-			sbx_h2g_buf_put(out, f, 9 + (size_t)len);
+			relay(g, f, 9 + (size_t)len);
 			return h2g_fail(g, SBX_H2G_CALM, SBX_H2G_R_RST);
 		}
 		if (s) {
@@ -612,7 +643,7 @@ static int on_server_frame(sbx_h2g *g, const uint8_t *f, uint32_t len, uint64_t 
 	default:
 		break;
 	}
-	sbx_h2g_buf_put(out, f, 9 + (size_t)len);
+	relay(g, f, 9 + (size_t)len);
 	if (s)
 		maybe_done(g, s);
 	return SBX_H2G_OK;
@@ -624,6 +655,19 @@ int sbx_h2g_from_server(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms)
 		return SBX_H2G_CLOSE;
 	return feed_frames(g, &g->sin, p, n, SERVER_FRAME_MAX, SBX_H2G_R_SERVER, on_server_frame,
 			   now_ms);
+}
+
+int sbx_h2g_from_server_span(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms,
+			     size_t *span_off, size_t *span_len)
+{
+	g->in_lo = p;
+	g->in_hi = p + n;
+	int rv = sbx_h2g_from_server(g, p, n, now_ms);
+	*span_off = g->span_len > 0 ? (size_t)(g->span - p) : 0;
+	*span_len = g->span_len;
+	g->span_len = 0;
+	g->in_lo = g->in_hi = NULL;
+	return rv;
 }
 
 int sbx_h2g_preface_match(const uint8_t *p, size_t n)

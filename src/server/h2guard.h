@@ -122,6 +122,14 @@ void sbx_h2g_free(sbx_h2g *g);
 int sbx_h2g_from_client(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms);
 /* h2o's bytes, relayed whole frames at a time into the client buffer. */
 int sbx_h2g_from_server(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms);
+/* The same without copying what is relayed unchanged: when the client
+ * buffer is empty, h2o's frames that lie whole in p are left there, and
+ * p[*span_off, *span_off + *span_len) is what the client is owed next,
+ * before anything the client buffer gets later; the caller writes it or
+ * appends it to the client buffer before p goes away or the guard is fed
+ * again.  *span_len > 0 only when the client buffer is empty on return. */
+int sbx_h2g_from_server_span(sbx_h2g *g, const uint8_t *p, size_t n, uint64_t now_ms,
+			     size_t *span_off, size_t *span_len);
 /* Close now with a GOAWAY (code, reason) toward the client, e.g. for a
  * timeout the front measured. */
 void sbx_h2g_goaway(sbx_h2g *g, uint32_t code, sbx_h2g_reason why, const char *debug);

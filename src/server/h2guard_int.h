@@ -51,6 +51,12 @@ struct sbx_h2g {
 	sbx_h2g_buf cin, sin; /* partial frames from the client, from h2o */
 	sbx_h2g_buf srun;     /* h2o's HEADERS+CONTINUATION run in progress */
 	sbx_h2g_buf early;    /* the guard's frames before h2o's SETTINGS went out */
+	/* sbx_h2g_from_server_span: h2o's frames relayed unchanged, left where
+	 * they lie in the caller's bytes [in_lo, in_hi) instead of copied into
+	 * to_client (only while to_client is empty: h2g_out copies them there
+	 * before anything else is appended, so the order holds). */
+	const uint8_t *span, *in_lo, *in_hi;
+	size_t span_len;
 	size_t preface_got;
 	bool closed, server_settings_seen;
 	sbx_h2g_reason reason;
@@ -70,7 +76,8 @@ struct sbx_h2g {
 	bucket b_rst, b_empty, b_cont, b_ping, b_settings, b_prio, b_wu, b_streams;
 	stream *streams;
 	size_t n_streams, cap_streams;
-	uint32_t wu_credit; /* WINDOW_UPDATEs earned by DATA h2o sent */
+	uint32_t wu_credit;  /* WINDOW_UPDATEs earned by DATA h2o sent */
+	uint32_t rst_credit; /* RST_STREAMs earned by streams that ended */
 	uint64_t held;
 	uint64_t n401, n503;
 	/* Streams answered here while their client was still sending: its DATA
@@ -91,6 +98,8 @@ void h2g_answered_data(sbx_h2g *g, uint32_t id, uint32_t len, bool end);
 /* The stream ended (a reset either way): forget it. */
 void h2g_answered_forget(sbx_h2g *g, uint32_t id);
 size_t h2g_avail(const sbx_h2g_buf *b);
+/* The client buffer, to append to: a pending span is copied in first. */
+sbx_h2g_buf *h2g_out(sbx_h2g *g);
 /* Append what src holds to dst. */
 void h2g_append(sbx_h2g_buf *dst, const sbx_h2g_buf *src);
 /* Where the guard's own frames go (after h2o's first SETTINGS). */

@@ -63,11 +63,20 @@ void h2g_append(sbx_h2g_buf *dst, const sbx_h2g_buf *src)
 
 /* ---- frames out ---- */
 
+sbx_h2g_buf *h2g_out(sbx_h2g *g)
+{
+	if (g->span_len > 0) {
+		sbx_h2g_buf_put(&g->to_client, g->span, g->span_len);
+		g->span_len = 0;
+	}
+	return &g->to_client;
+}
+
 /* Where the guard's own frames go: after h2o's first SETTINGS (the
  * server's connection preface must come first), between h2o's frames. */
 sbx_h2g_buf *h2g_inj(sbx_h2g *g)
 {
-	return g->server_settings_seen ? &g->to_client : &g->early;
+	return g->server_settings_seen ? h2g_out(g) : &g->early;
 }
 
 void h2g_frame_head(sbx_h2g_buf *b, uint32_t len, uint8_t type, uint8_t flags, uint32_t id)
@@ -115,15 +124,16 @@ void sbx_h2g_goaway(sbx_h2g *g, uint32_t code, sbx_h2g_reason why, const char *d
 	g->closed = true;
 	g->reason = why;
 	g->code = code;
+	sbx_h2g_buf *out = h2g_out(g);
 	if (!g->server_settings_seen) {
 		/* h2o has not spoken yet: an empty SETTINGS is our preface */
 		g->server_settings_seen = true;
-		h2g_frame_head(&g->to_client, 0, F_SETTINGS, 0, 0);
-		h2g_append(&g->to_client, &g->early);
+		h2g_frame_head(out, 0, F_SETTINGS, 0, 0);
+		h2g_append(out, &g->early);
 	}
-	h2g_frame_head(&g->to_client, (uint32_t)(8 + dl), F_GOAWAY, 0, 0);
-	sbx_h2g_buf_put(&g->to_client, p, 8);
-	sbx_h2g_buf_put(&g->to_client, debug, dl);
+	h2g_frame_head(out, (uint32_t)(8 + dl), F_GOAWAY, 0, 0);
+	sbx_h2g_buf_put(out, p, 8);
+	sbx_h2g_buf_put(out, debug, dl);
 }
 
 int h2g_fail(sbx_h2g *g, uint32_t code, sbx_h2g_reason why)

@@ -9,7 +9,11 @@
  *     (after the preface toward h2o), none longer than 16 KiB + our own;
  *   - once closed, the client's bytes end with a GOAWAY and nothing more
  *     goes to h2o;
- *   - the held body bytes come back to zero when the guard is freed.
+ *   - the held body bytes come back to zero when the guard is freed;
+ *   - h2o's chunks go in turn through sbx_h2g_from_server and through
+ *     sbx_h2g_from_server_span (the front's direct path): what the span
+ *     leaves in place lies in the input, only when nothing is queued for
+ *     the client, and (appended after) keeps the frame sequence whole.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -87,8 +91,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size_t n = ctl & 0x7f;
 		if (n > size - i)
 			n = size - i;
-		int rv = (ctl & 0x80) ? sbx_h2g_from_server(g, data + i, n, now)
-				      : sbx_h2g_from_client(g, data + i, n, now);
+		int rv;
+		if (!(ctl & 0x80)) {
+			rv = sbx_h2g_from_client(g, data + i, n, now);
+		} else if (i & 1) {
+			rv = sbx_h2g_from_server(g, data + i, n, now);
+		} else {
+			/* the front's direct path: what the guard leaves in place
+			 * lies in the input and only ever follows an empty client
+			 * buffer; appended here as when the socket takes none */
+			size_t off = 0, len = 0;
+			sbx_h2g_buf *tc = sbx_h2g_to_client(g);
+			rv = sbx_h2g_from_server_span(g, data + i, n, now, &off, &len);
+			if (len > 0 && (off + len > n || tc->len != tc->off))
+				abort();
+			sbx_h2g_buf_put(tc, data + i + off, len);
+		}
 		i += n;
 		now += 7;
 		if (rv == SBX_H2G_CLOSE && !closed) {

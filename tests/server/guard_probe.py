@@ -26,6 +26,14 @@ SCENARIO:
   late-upgrade   (http:// only) a plain GET /healthz, then on the same
             connection a second one with Upgrade: h2c and a preface:
             the first status line, and what came back for the second.
+  slow-read (http:// only) ARG "SID:BYTES[:flood]": a client with a tiny
+            receive buffer and the largest flow-control windows runs
+            `yes | head -c BYTES` in session SID and, once the answer's
+            HEADERS came, does not read for 1.5 s (the front's writes to it stop short; with "flood" it
+            then sends 1000 PINGs, so the guard must close with a GOAWAY
+            while h2o's frames are still queued), then reads to the end:
+            status, stdout bytes in the events, whether the stream
+            ended, the GOAWAY code, and whether any frame was malformed.
 """
 import json
 import socket
@@ -36,17 +44,25 @@ import time
 import h2.config
 import h2.connection
 import h2.events
+import h2.exceptions
+import h2.settings
 import hyperframe.frame
 
 
-def connect(url):
+def connect(url, rcvbuf=None):
     if url.startswith("unix:"):
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect(url[5:])
         return s, "localhost"
     tls = url.startswith("https://")
     host, port = url.split("://", 1)[1].rsplit(":", 1)
-    s = socket.create_connection((host, int(port)), timeout=5)
+    if rcvbuf:  # set before connect: it bounds the window the peer sees
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        s.settimeout(5)
+        s.connect((host, int(port)))
+    else:
+        s = socket.create_connection((host, int(port)), timeout=5)
     if tls:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
@@ -57,8 +73,8 @@ def connect(url):
 
 
 class Client:
-    def __init__(self, url):
-        self.sock, self.host = connect(url)
+    def __init__(self, url, rcvbuf=None):
+        self.sock, self.host = connect(url, rcvbuf)
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.h2.initiate_connection()
         self.flush()
@@ -67,6 +83,7 @@ class Client:
         self.ended = set()
         self.closed = None  # GOAWAY error code, or "eof"
         self.closed_at = None
+        self.proto_error = False
 
     def flush(self):
         data = self.h2.data_to_send()
@@ -104,6 +121,7 @@ class Client:
             try:
                 events = self.h2.receive_data(data)
             except h2.exceptions.ProtocolError:
+                self.proto_error = True
                 events = []
             for ev in events:
                 if isinstance(ev, h2.events.ResponseReceived):
@@ -202,7 +220,7 @@ def main():
     arg = sys.argv[4] if len(sys.argv) > 4 else None
     if scenario in ("upgrade-ping", "late-upgrade"):
         return raw(url, scenario, arg, {"scenario": scenario})
-    c = Client(url)
+    c = Client(url, 4096 if scenario == "slow-read" else None)
     out = {"scenario": scenario}
     if scenario == "early":
         sid = c.headers("POST", "/v1/sessions", token, False, [("content-type", "application/json")])
@@ -247,7 +265,40 @@ def main():
         c.pump(lambda: c.closed_at is not None, 5.0)
         out["goaway"] = c.closed
         out["close_ms"] = round((c.closed_at - t0) * 1000) if c.closed_at else None
+    elif scenario == "slow-read":
+        slow_read(c, token, arg, out)
     print(json.dumps(out))
+
+
+def slow_read(c, token, arg, out):
+    sess, nbytes, *flood = arg.split(":")
+    # h2o may send it all at once: only the client's socket holds it back
+    c.h2.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 2**31 - 1})
+    c.h2.increment_flow_control_window(2**31 - 1 - 65535)
+    c.flush()
+    st = c.headers("POST", "/v1/sessions/%s/runs" % sess, token, False,
+                   [("content-type", "application/json")])
+    c.h2.send_data(st, json.dumps({"cmd": "yes | head -c %d" % int(nbytes)}).encode(),
+                   end_stream=True)
+    c.flush()
+    c.pump(lambda: c.status(st) is not None, 30.0)  # the run started...
+    time.sleep(1.5)  # ...and its output piles up while the client reads nothing
+    if flood:
+        for i in range(1000):
+            c.sock.sendall(hyperframe.frame.PingFrame(0, opaque_data=i.to_bytes(8, "big")).serialize())
+    c.pump(lambda: st in c.ended or c.closed_at is not None, 60.0)
+    if flood:  # after the GOAWAY: read to EOF
+        c.pump(lambda: c.closed_at is not None, 10.0)
+    n = 0
+    for line in c.bodies.get(st, b"").splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        if ev.get("type") == "stdout":
+            n += len(ev.get("data", ""))
+    out.update(status=c.status(st), stdout=n, ended=st in c.ended, proto_error=c.proto_error,
+               goaway=c.closed if c.closed != "eof" else None)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,9 @@
 -- is answered 401 by the front before its body ends, and nothing of that
 -- body is held; request bodies past the body budget get 503 with
 -- Retry-After; TLS and unix listeners get the same guard as h2c; a slow
--- preface is cut by the header timeout; each has its counter in /metrics.
+-- preface is cut by the header timeout; a client that stops reading
+-- still gets every byte, and a GOAWAY only between frames; each has its
+-- counter in /metrics.
 -- The attack classes themselves are in the server_attack specs.
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local T = dofile(here .. "helpers.lua")
@@ -140,6 +142,26 @@ describe_srv("sbxd's front guard", function()
     local out = H.sh(("curl -s -w ' %%{http_version}' --http2 -H %s %s/v1/sessions"):format(
       H.q(srv:auth()), srv.url))
     assert.matches(" 2$", out)
+  end)
+
+  -- The front writes h2o's bytes to a plain-text client straight from its
+  -- read buffer and queues (copies) only what the socket does not take: a
+  -- client that stops reading must still get every byte, in order, and a
+  -- GOAWAY the guard owes it only after whole frames.
+  it("a client that stops reading gets every byte in order, and a GOAWAY only between frames", function()
+    local arg = ("%s:%d"):format(sid, 5000000)
+    local r = probe(srv.url, srv.token.alice, "slow-read", arg)
+    assert.equal(200, r.status, r.raw)
+    assert.is_false(r.proto_error, r.raw)
+    assert.is_true(r.ended, r.raw)
+    assert.equal(5000000, r.stdout, r.raw)
+    assert.is_nil(r.goaway, r.raw)
+    -- the same, and a PING flood while h2o's frames wait: the GOAWAY comes
+    -- after whole frames (any torn frame is a protocol error to the client)
+    r = probe(srv.url, srv.token.alice, "slow-read", arg .. ":flood")
+    assert.equal(11, r.goaway, r.raw)
+    assert.is_false(r.proto_error, r.raw)
+    assert.is_true(r.stdout < 5000000, r.raw) -- cut by the GOAWAY
   end)
 
   it("cuts a preface that does not complete within --header-timeout-s", function()

@@ -20,7 +20,9 @@
 #include <nghttp2/nghttp2.h>
 
 #include "front_budget.h"
+#include "front_opts.h"
 #include "h2guard.h"
+#include "h2guard_int.h" /* SERVER_FRAME_MAX */
 
 #define PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -51,23 +53,13 @@ static size_t body(void *ud, int status, bool msgpack, char *buf, size_t cap, co
 	return (size_t)n;
 }
 
+/* The front's own defaults (front_opts.c), with a --max-body of 8 MiB. */
 static void limits(sbx_h2g_limits *l)
 {
-	memset(l, 0, sizeof(*l));
-	l->max_header_list = 64 * 1024;
-	l->max_header_fields = 256;
-	l->max_continuations = 32;
-	l->rst = (sbx_h2g_rate){33, 1000};
-	l->empty = (sbx_h2g_rate){10, 100};
-	l->continuation = (sbx_h2g_rate){200, 1000};
-	l->ping = (sbx_h2g_rate){10, 100};
-	l->settings = (sbx_h2g_rate){10, 100};
-	l->priority = (sbx_h2g_rate){100, 1000};
-	l->window_update = (sbx_h2g_rate){100, 1000};
-	l->streams = (sbx_h2g_rate){5000, 10000};
-	l->max_body = 8 << 20;
-	l->body_conn = 32 << 20;
-	l->body_total = 128 << 20;
+	sbx_front_opts o;
+	sbx_front_defaults(&o);
+	sbx_front_derive(&o, 8 << 20, 1024);
+	*l = o.lim;
 }
 
 static void frame(uint8_t *out, uint32_t len, uint8_t type, uint8_t flags, uint32_t id)
@@ -139,6 +131,11 @@ static void stop(t *x)
 	assert_int_equal(x->held_total, 0); /* every held byte given back */
 	nghttp2_hd_deflate_del(x->def);
 	free(x);
+}
+
+static size_t h2g_avail_of(const sbx_h2g_buf *b)
+{
+	return b->len - b->off;
 }
 
 static void drain(t *x)
@@ -561,6 +558,32 @@ static void test_rapid_reset(void **state)
 	stop(x);
 }
 
+/* libcurl resets each stream after it ended (STREAM_CLOSED): a kept
+ * connection doing thousands of requests faster than --rate-rst is not a
+ * rapid reset; resets of ended streams beyond what the streams earned
+ * still are. */
+static void test_resets_of_ended_streams(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	uint8_t closed[4] = {0, 0, 0, 5};
+	uint32_t id = 1;
+	for (int i = 0; i < 3000; i++, id += 2) { /* all at one instant: no refill */
+		assert_int_equal(request(x, id, "POST", "/v1/x", "Bearer good", true), 0);
+		uint8_t h[1] = {0x88};
+		assert_int_equal(server_frame(x, 1, 0x4, id, h, 1), SBX_H2G_OK);
+		assert_int_equal(server_frame(x, 0, 0x1, id, "ok", 2), SBX_H2G_OK);
+		assert_int_equal(send_frame(x, 3, 0, id, closed, 4), SBX_H2G_OK);
+		drain(x);
+	}
+	/* control: resets of those ended streams again, nothing earned them */
+	int rv = 0;
+	for (uint32_t k = 1; k < id && rv == 0; k += 2)
+		rv = send_frame(x, 3, 0, k, closed, 4);
+	expect_close(x, rv, SBX_H2G_CALM, SBX_H2G_R_RST);
+	stop(x);
+}
+
 static void test_server_refusals_count(void **state)
 {
 	(void)state;
@@ -775,6 +798,89 @@ static int reset_one(t *x, uint32_t id, const char *auth)
 	return rv;
 }
 
+/* ---- relaying h2o's frames without copying them (the front's direct path) ---- */
+
+/* Appends a frame to b (at *n). */
+static void put_frame(uint8_t *b, size_t *n, uint8_t type, uint8_t flags, uint32_t id, size_t len)
+{
+	frame(b + *n, (uint32_t)len, type, flags, id);
+	memset(b + *n + 9, 'x', len);
+	*n += 9 + len;
+}
+
+static void test_span_leaves_whole_frames_in_place(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	static uint8_t b[4096];
+	size_t n = 0, off = 1, len = 1;
+	drain(x);
+	assert_int_equal(request(x, 1, "GET", "/v1/x", "Bearer good", true), 0);
+	drain(x);
+	put_frame(b, &n, 1, 0x4, 1, 1); /* HEADERS */
+	put_frame(b, &n, 0, 0, 1, 100); /* DATA */
+	put_frame(b, &n, 0, 0, 1, 50);	/* DATA */
+	size_t whole = n;
+	put_frame(b, &n, 0, 0x1, 1, 20); /* DATA, END_STREAM: only 5 bytes of it now */
+	assert_int_equal(sbx_h2g_from_server_span(x->g, b, whole + 5, x->now, &off, &len), 0);
+	assert_int_equal(off, 0);
+	assert_int_equal(len, whole); /* every whole frame, left where it lies */
+	assert_int_equal(h2g_avail_of(sbx_h2g_to_client(x->g)), 0);
+	assert_int_equal(sbx_h2g_open_streams(x->g), 1);
+	/* the rest of a frame assembled across calls is copied: its bytes moved */
+	assert_int_equal(
+		sbx_h2g_from_server_span(x->g, b + whole + 5, n - whole - 5, x->now, &off, &len),
+		0);
+	assert_int_equal(len, 0);
+	assert_int_equal(h2g_avail_of(sbx_h2g_to_client(x->g)), 29);
+	assert_int_equal(sbx_h2g_open_streams(x->g), 0); /* its END_STREAM was seen */
+	stop(x);
+}
+
+/* What the guard says itself after frames it left in place comes after
+ * them: they are copied into the client buffer first. */
+static void test_span_keeps_order_with_goaway(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	static uint8_t b[4096];
+	size_t n = 0, off = 1, len = 1;
+	assert_int_equal(request(x, 1, "GET", "/v1/x", "Bearer good", false), 0);
+	drain(x);
+	put_frame(b, &n, 0, 0, 1, 100);
+	frame(b + n, SERVER_FRAME_MAX + 1, 0, 0, 1); /* too large: h2o never says that */
+	n += 9;
+	int rv = sbx_h2g_from_server_span(x->g, b, n, x->now, &off, &len);
+	assert_int_equal(len, 0);
+	expect_close(x, rv, SBX_H2G_PROTOCOL_ERROR, SBX_H2G_R_SERVER);
+	const sbx_h2g_buf *c = sbx_h2g_to_client(x->g);
+	assert_int_equal(c->data[c->off + 3], 0); /* the DATA first */
+	assert_memory_equal(c->data + c->off, b, 109);
+	stop(x);
+}
+
+/* Something already queued for the client (a 401 answered here): h2o's
+ * frames go after it, copied. */
+static void test_span_after_queued_bytes(void **state)
+{
+	(void)state;
+	t *x = start(NULL);
+	static uint8_t b[256];
+	size_t n = 0, off = 1, len = 1;
+	assert_int_equal(request(x, 1, "GET", "/v1/x", "Bearer good", true), 0);
+	drain(x);
+	assert_int_equal(request(x, 3, "GET", "/v1/x", "Bearer bad", true), 0);
+	size_t queued = h2g_avail_of(sbx_h2g_to_client(x->g));
+	assert_true(queued > 0);
+	put_frame(b, &n, 1, 0x5, 1, 1);
+	assert_int_equal(sbx_h2g_from_server_span(x->g, b, n, x->now, &off, &len), 0);
+	assert_int_equal(len, 0);
+	const sbx_h2g_buf *c = sbx_h2g_to_client(x->g);
+	assert_int_equal(h2g_avail_of(c), queued + n);
+	assert_memory_equal(c->data + c->off + queued, b, n);
+	stop(x);
+}
+
 static void test_reset_budget_outlives_connections(void **state)
 {
 	(void)state;
@@ -882,6 +988,7 @@ int main(void)
 		cmocka_unit_test(test_empty_continuations),
 		cmocka_unit_test(test_continuation_wrong_stream),
 		cmocka_unit_test(test_rapid_reset),
+		cmocka_unit_test(test_resets_of_ended_streams),
 		cmocka_unit_test(test_server_refusals_count),
 		cmocka_unit_test(test_ping_flood),
 		cmocka_unit_test(test_settings_flood),
@@ -893,6 +1000,9 @@ int main(void)
 		cmocka_unit_test(test_bad_sizes),
 		cmocka_unit_test(test_not_h2),
 		cmocka_unit_test(test_byte_at_a_time),
+		cmocka_unit_test(test_span_leaves_whole_frames_in_place),
+		cmocka_unit_test(test_span_keeps_order_with_goaway),
+		cmocka_unit_test(test_span_after_queued_bytes),
 		cmocka_unit_test(test_reset_budget_outlives_connections),
 		cmocka_unit_test(test_reset_budget_spares_legit_clients),
 		cmocka_unit_test(test_reset_budget_table),
