@@ -56,6 +56,21 @@ function Term:wait_for(text, timeout_s)
   error(("timed out waiting for %q; screen:\n%s"):format(text, screen), 2)
 end
 
+-- Wait until the REPL's own prompt, with nothing typed after it, is the
+-- last line on screen: an interactive program has handed the terminal
+-- back (keys typed before that would still go to the program).
+function Term:wait_prompt(timeout_s)
+  local t0 = clock.now_ns()
+  local screen
+  repeat
+    screen = self:screen()
+    local last = screen:gsub("%s+$", ""):match("([^\n]*)$")
+    if last == "sbx>" then return screen end
+    sh("sleep 0.05")
+  until (clock.now_ns() - t0) / 1e9 > (timeout_s or 60)
+  error(("timed out waiting for the sbx> prompt; screen:\n%s"):format(screen), 2)
+end
+
 function Term:kill()
   sh(("tmux -L %s kill-server"):format(self.sock))
 end
@@ -180,6 +195,41 @@ describe("the sbxlua REPL under tmux", function()
     t:wait_for("exit\nsbx>")
     t:keys("2 + 2", "<Enter>")
     t:wait_for("\n4\n")
+  end)
+
+  it("makes !top interactive and ^Z stops a job of !bash, which bash then resumes", function()
+    local t = term(history)
+    finally(function() t:kill() end)
+    -- top draws a full screen (it needs the terminal and its size) and
+    -- quits on its own key, giving the REPL's prompt back.
+    t:keys("!top -d 0.5", "<Enter>")
+    t:wait_for("load average")
+    t:wait_for("PID USER")
+    t:keys("q")
+    t:wait_prompt()
+    t:keys("3 + 4", "<Enter>")
+    t:wait_for("\n7\n")
+    -- ^Z reaches the sandboxed job (bash's job control reports it stopped),
+    -- not the REPL; fg brings it back and ^C ends it.
+    t:keys("!bash --norc", "<Enter>")
+    t:keys("PS1='in-bash$ '", "<Enter>")
+    t:wait_for("in-bash$ ")
+    t:keys("sh -c 'echo star''ted; exec sleep 300'", "<Enter>")
+    t:wait_for("started\n")
+    t:keys("<C-z>")
+    t:wait_for("Stopped")
+    t:keys("jobs -s | wc -l | sed 's/^/stopped=/'", "<Enter>")
+    t:wait_for("stopped=1")
+    t:keys("fg", "<Enter>")
+    -- fg prints the job's command line once it is in the foreground again.
+    t:wait_for("in-bash$ fg\nsh -c")
+    t:keys("<C-c>")
+    t:keys("echo rc=$?", "<Enter>")
+    t:wait_for("rc=130")
+    t:keys("exit", "<Enter>")
+    t:wait_prompt()
+    t:keys("5 + 6", "<Enter>")
+    t:wait_for("\n11\n")
   end)
 
   it("keeps history across restarts", function()
