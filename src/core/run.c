@@ -637,6 +637,27 @@ static int kill_signal(const sbx_run *r, int signo)
 	return signo == SIGKILL && r->direct ? SBX_SIG_KILL_RUN : signo;
 }
 
+const char *sbx_term_name(sbx_term t)
+{
+	switch (t) {
+	case SBX_TERM_NONE:
+		return "running";
+	case SBX_TERM_EXIT:
+		return "exit";
+	case SBX_TERM_SIGNAL:
+		return "signal";
+	case SBX_TERM_TIMEOUT:
+		return "timeout";
+	case SBX_TERM_KILLED:
+		return "killed";
+	case SBX_TERM_ERROR:
+		return "error";
+	case SBX_TERM_OOM:
+		return "oom";
+	}
+	return "error";
+}
+
 int sbx_run_kill(sbx_run *r, int signo, sbx_err *err)
 {
 	if (r->done || r->pidfd < 0)

@@ -244,6 +244,10 @@ typedef enum sbx_term {
 	SBX_TERM_OOM,	   /* the session's memory ceiling: the OOM killer ended it */
 } sbx_term;
 
+/* The name of a termination reason, as Lua and the remote API spell it
+ * ("running", "exit", "signal", "timeout", "killed", "error", "oom"). */
+const char *sbx_term_name(sbx_term t);
+
 typedef struct sbx_run_result {
 	sbx_term term;
 	int returncode; /* exit code; -signo for signal deaths; -1 on error */

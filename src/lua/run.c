@@ -168,31 +168,10 @@ int lsbx_session_run(lua_State *L)
 	return 1;
 }
 
-static const char *term_name(sbx_term t)
-{
-	switch (t) {
-	case SBX_TERM_NONE:
-		return "running";
-	case SBX_TERM_EXIT:
-		return "exit";
-	case SBX_TERM_SIGNAL:
-		return "signal";
-	case SBX_TERM_TIMEOUT:
-		return "timeout";
-	case SBX_TERM_KILLED:
-		return "killed";
-	case SBX_TERM_ERROR:
-		return "error";
-	case SBX_TERM_OOM:
-		return "oom";
-	}
-	return "error";
-}
-
 static void push_result(lua_State *L, const sbx_run_result *res)
 {
 	lua_createtable(L, 0, 5);
-	lua_pushstring(L, term_name(res->term));
+	lua_pushstring(L, sbx_term_name(res->term));
 	lua_setfield(L, -2, "term");
 	lua_pushinteger(L, res->returncode);
 	lua_setfield(L, -2, "returncode");
@@ -411,7 +390,7 @@ static int l_run_tostring(lua_State *L)
 
 	save_result(ud);
 	lua_pushfstring(L, "sbx.core.run(%s)",
-			ud->have_result ? term_name(ud->result.term)
+			ud->have_result ? sbx_term_name(ud->result.term)
 					: (ud->r ? "running" : "closed"));
 	return 1;
 }

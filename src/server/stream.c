@@ -172,7 +172,7 @@ static void pump(sbx_srv_run *sr)
 		}
 		/* EXIT */
 		const sbx_run_result *res = sbx_run_result_get(sr->run);
-		const char *outcome = sbx_srv_term_name(res->term);
+		const char *outcome = sbx_term_name(res->term);
 		if (res->term == SBX_TERM_ERROR) {
 			char msg[300];
 			snprintf(msg, sizeof(msg), "%s",

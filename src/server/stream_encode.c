@@ -186,24 +186,6 @@ void sbx_srv_ev_data(sbx_srv_run *sr, const char *type, const char *data, size_t
 	msgpack_sbuffer_destroy(&sb);
 }
 
-const char *sbx_srv_term_name(sbx_term t)
-{
-	switch (t) {
-	case SBX_TERM_EXIT:
-		return "exit";
-	case SBX_TERM_SIGNAL:
-		return "signal";
-	case SBX_TERM_TIMEOUT:
-		return "timeout";
-	case SBX_TERM_KILLED:
-		return "killed";
-	case SBX_TERM_OOM:
-		return "oom";
-	default:
-		return "error";
-	}
-}
-
 void sbx_srv_ev_exit(sbx_srv_run *sr, const sbx_run_result *res)
 {
 	const ev_field f[] = {
@@ -212,8 +194,8 @@ void sbx_srv_ev_exit(sbx_srv_run *sr, const sbx_run_result *res)
 		{"runtime_ms", NULL, (int64_t)res->runtime_ms},
 		{"backend", sr->backend, 0},
 		/* "" for a plain exit, as on-device */
-		{"termination_reason",
-		 res->term == SBX_TERM_EXIT ? "" : sbx_srv_term_name(res->term), 0},
+		{"termination_reason", res->term == SBX_TERM_EXIT ? "" : sbx_term_name(res->term),
+		 0},
 		{"signal", NULL, res->signo},
 	};
 	emit_fields(sr, f, res->signo ? 6 : 5);

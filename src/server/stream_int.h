@@ -64,11 +64,6 @@ void sbx_srv_ev_error(sbx_srv_run *sr, const char *kind, const char *msg);
 void sbx_srv_ev_run_id(sbx_srv_run *sr);
 /* { type = "dropped", events, bytes } appended to out (not queued). */
 void sbx_srv_ev_dropped(sbx_srv_run *sr, sbx_srv_buf *out);
-/* How a run ended: "exit", "signal", "timeout", "killed", "oom" or
- * "error" (the outcome in logs and metrics, and the exit event's
- * termination_reason but for "exit"). */
-const char *sbx_srv_term_name(sbx_term t);
-
 /* ---- stream.c ---- */
 /* Call the Lua finish(outcome) and drop every reference; the run is freed. */
 void sbx_srv_stream_release(sbx_srv_run *sr, const char *outcome);
