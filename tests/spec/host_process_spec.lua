@@ -135,7 +135,11 @@ describe("a memory-limited session's warm runs", function()
   it("are each placed in a run cgroup of their own before the workload exists", function()
     local warm = 2
     local s = sbx.session { memory_mb = 128, pids = 256, warm_runs = warm }
-    finally(function() s:close() end)
+    local p
+    finally(function() -- busted keeps one finally per test: all cleanup here
+      if p then p:kill("KILL"); p:wait() end
+      s:close()
+    end)
     -- Back to back, so most runs are taken right after the zygote offered
     -- them: a run whose placement had not finished must wait for it.
     for _ = 1, 12 do
@@ -146,8 +150,7 @@ describe("a memory-limited session's warm runs", function()
       end
     end
     local tag = tostring(7 + math.random(100000) / 1e6)
-    local p = s:run("exec sleep " .. tag)
-    finally(function() p:kill("KILL"); p:wait() end)
+    p = s:run("exec sleep " .. tag)
     local host
     for _ = 1, 100 do
       local pid = H.sh("pgrep -f -x " .. H.q("sleep " .. tag)):match("^(%d+)\n")

@@ -235,6 +235,37 @@ describe("interactive runs through sbxd: limits", function()
       p:kill()
     end)
 
+    it("counts an idle pty run against the tenant's concurrent runs", function()
+      local srv1 = assert(H.start { args = { "--max-runs", "1" } })
+      local s1
+      finally(function() -- busted keeps one finally per test: both go here
+        if s1 then pcall(s1.close, s1) end
+        srv1:cleanup()
+      end)
+      s1 = sbx.remote.session { endpoint = srv1.url, token = srv1.token.alice, backend = "userns" }
+      -- Control: with nothing running, a run is admitted.
+      assert.are.equal(0, s1:exec("true").returncode)
+      local p = s1:run("bash --norc", { pty = true })
+      -- bash idles at its prompt: the pty run still holds the one run allowed.
+      local e
+      local ok = pcall(function() e = select(2, pcall(s1.exec, s1, "true")) end)
+      assert.is_true(ok)
+      assert.is_table(e, "a second run was admitted next to the idle pty run")
+      assert.are.equal("PolicyDenied", e.kind)
+      assert.are.equal("limits", e.rule)
+      p:write("exit 0\n")
+      assert.are.equal(0, p:wait())
+      -- Once it ended, the slot is free again (sbxd finishes the run as its stream ends).
+      local deadline = os.time() + 60
+      local r
+      repeat
+        local okr, res = pcall(s1.exec, s1, "true")
+        r = okr and res or nil
+      until r or os.time() > deadline
+      assert.is_table(r, "no run admitted after the pty run ended")
+      assert.are.equal(0, r.returncode)
+    end)
+
     it("re-attaches a detached pty run, replaying its recent output, and drives it again", function()
       local p = s:run("bash --norc", { pty = true, detach = true })
       local acc = { text = "" }

@@ -294,11 +294,15 @@ describe("the sbxlua REPL's history file", function()
 
   it("is never written to a device; a regular file is (control)", function()
     local dir = sh("mktemp -d /tmp/sbx-repl-spec.XXXXXX"):match("%S+")
-    finally(function() os.execute("rm -rf " .. H.q(dir)) end)
+    local t, t2
+    finally(function() -- busted keeps one finally per test: all cleanup here
+      if t then t:kill() end
+      if t2 then t2:kill() end
+      os.execute("rm -rf " .. H.q(dir))
+    end)
     local dev = dir .. "/null"
     assert.equal("", sh(("mknod -m 666 %s c 1 3"):format(H.q(dev))))
-    local t = term(dev)
-    finally(function() t:kill() end)
+    t = term(dev)
     t:keys("1 + 1", "<Enter>")
     t:wait_for("\n2\n")
     t:keys("3 + 4", "<Enter>")
@@ -309,8 +313,7 @@ describe("the sbxlua REPL's history file", function()
     local f = assert(io.open(file, "w"))
     f:close()
     os.execute("chmod 644 " .. H.q(file))
-    local t2 = term(file)
-    finally(function() t2:kill() end)
+    t2 = term(file)
     t2:keys("5+6", "<Enter>")
     t2:wait_for("\n11\n")
     assert.equal("600", mode(file))
