@@ -268,11 +268,24 @@ function run_soak(o, state_dir)
         mid.session_dirs, mid.children))
     for _, s in ipairs(wave) do s:close() end
   end
+  -- A closed session's last descriptors and processes can still be on
+  -- their way out (a child not yet reaped, its fd closed when it is):
+  -- wait for the baseline, up to a generous deadline, before calling
+  -- anything that stays a leak.
   local after = M.figures(state_dir, ids)
+  local deadline = os.time() + 20
+  while (after.fds > base.fds or after.children > base.children) and os.time() < deadline do
+    sh("sleep 0.1")
+    after = M.figures(state_dir, ids)
+  end
   local margin = o.rss_margin_kb or 32768
   local diffs = {}
   for _, k in ipairs { "fds", "mounts", "children" } do
     if after[k] > base[k] then diffs[#diffs + 1] = ("%s %d -> %d"):format(k, base[k], after[k]) end
+  end
+  if after.fds > base.fds then
+    local fds = sh("ls -l /proc/" .. ffi.C.getpid() .. "/fd | awk '{print $9, $11}'")
+    diffs[#diffs + 1] = "open fds: " .. fds:gsub("\n", " ")
   end
   if after.cgroups ~= 0 then diffs[#diffs + 1] = ("%d cgroup dirs of closed sessions left"):format(after.cgroups) end
   if after.session_dirs ~= 0 then diffs[#diffs + 1] = ("%d session dirs left"):format(after.session_dirs) end
