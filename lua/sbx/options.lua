@@ -14,6 +14,7 @@
 
 local errors = require "sbx.errors"
 local presets = require "sbx.presets"
+local dedent = require("sbx.dedent").dedent
 
 local M = {}
 
@@ -429,6 +430,8 @@ function M.run(cmd, opts, sess, extra_keys)
   if type(cmd) == "string" then
     check_arg("cmd", cmd)
     local interp = INTERPRETERS[o.script_type]
+    -- Python code written indented in the caller's source (textwrap.dedent).
+    if o.script_type == "python" then cmd = dedent(cmd) end
     o.argv = { interp[1], interp[2], cmd }
   elseif type(cmd) == "table" then
     -- An argv array runs as is, without a shell.

@@ -158,6 +158,10 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
 		if (sbx_rootfs_is_scratch(o->binds[i].path))
 			cfg.carry[nc++] = o->binds[i].path;
+	/* A pinned work dir at its host path below /tmp (rootfs_desc.c). */
+	const char *alias = sbx_rootfs_work_alias(o, s->work_dir);
+	if (alias && sbx_rootfs_is_scratch(alias) && nc < SBX_MAX_CARRY)
+		cfg.carry[nc++] = alias;
 	cfg.seccomp = prog;
 	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
 	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");

@@ -516,9 +516,10 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 				       p ? p : "(null)"),
 			       NULL;
 	}
-	if (o->n_binds >= SBX_MAX_CARRY)
+	/* The work dir, the binds and a pinned work dir's second mount. */
+	if (o->n_binds + (o->work_dir ? 1 : 0) >= SBX_MAX_CARRY)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "at most %d extra paths",
-				   SBX_MAX_CARRY - 1),
+				   SBX_MAX_CARRY - 1 - (o->work_dir ? 1 : 0)),
 		       NULL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
