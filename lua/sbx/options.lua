@@ -37,7 +37,7 @@ M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
-  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
+  "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -336,6 +336,15 @@ function M.session(opts, pol)
 
   o.timeout_s = timeout_s
   o.lifetime_ms = math.ceil(timeout_s * 1000)
+  -- At timeout_s every run gets SIGTERM, then SIGKILL this much later.
+  o.timeout_grace_s = 10
+  if opts.timeout_grace_s ~= nil then
+    o.timeout_grace_s = check_number("timeout_grace_s", opts.timeout_grace_s)
+    if o.timeout_grace_s < 0 or o.timeout_grace_s > 300 then
+      invalid("timeout_grace_s", "0 to 300 (seconds) expected, got %s", describe(opts.timeout_grace_s))
+    end
+  end
+  o.expire_grace_ms = math.max(1, math.ceil(o.timeout_grace_s * 1000))
   o.read_only_paths = opts.read_only_paths ~= nil
     and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil

@@ -32,7 +32,8 @@
 -- After the exit: p.returncode (the exit code; -signo when a signal ended
 -- it, Python's convention), p.signal (the signal number or nil),
 -- p.termination_reason ("" for an exit of its own, "signal", "timeout",
--- "killed" or "oom"), p.runtime_ms, p.backend.  While it runs p.returncode is nil.
+-- "killed", "oom" or "session_expired": the session's timeout_s ended it)
+-- p.runtime_ms, p.backend.  While it runs p.returncode is nil.
 --
 -- A non-zero exit never raises.  SandboxExecutionError (reason, returncode
 -- = -1, backend, runtime_ms) is raised, by whichever method notices it and

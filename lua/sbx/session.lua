@@ -217,6 +217,7 @@ function M.open(opts)
     shm_bytes = o.shm_mb and o.shm_mb * 1024 * 1024 or pol.defaults.shm_bytes,
     nofile = o.nofile,
     lifetime_ms = o.lifetime_ms,
+    expire_grace_ms = o.expire_grace_ms,
     warm_runs = o.warm_runs,
     network_mode = o.network_mode,
     proxy_port = options.PROXY_PORT,

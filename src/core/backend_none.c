@@ -1,8 +1,8 @@
 /*
  * backend_none.c: backend "none", and the half of backend "bubblewrap" it
  * shares: no zygote; the host forks each run's sbx-init itself, on demand,
- * into the session's cgroup, and reaps it.  A session ends by its lifetime
- * when next asked (there is no zygote to time it).
+ * into the session's cgroup, and reaps it.  At the session's lifetime each
+ * run's init ends its own run (init.c); nothing else of the session lives.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -51,7 +51,7 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 
 	(void)mode;
 	(void)rc;
-	if (sbx_none_expired(s))
+	if (sbx_session_expired(s))
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
 				   "the session's lifetime has passed");
 	sbx_none_reap(s, false);
@@ -111,24 +111,12 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 	return 0;
 }
 
-/* Backends without a zygote end by lifetime when next asked. */
-bool sbx_none_expired(sbx_session *s)
-{
-	if (!s->direct.lifetime_ms)
-		return false;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	uint64_t ms = (uint64_t)(now.tv_sec - s->t0.tv_sec) * 1000 +
-		      (uint64_t)((now.tv_nsec - s->t0.tv_nsec) / 1000000);
-	if (ms < s->direct.lifetime_ms)
-		return false;
-	sbx_none_reap(s, true);
-	return true;
-}
-
+/* Nothing resident: alive until the lifetime (session.c checks it), which
+ * each run's init enforces on its own run (init.c). */
 bool sbx_none_alive(sbx_session *s)
 {
-	return !sbx_none_expired(s);
+	(void)s;
+	return true;
 }
 
 void sbx_none_stop(sbx_session *s)
@@ -149,10 +137,11 @@ int sbx_none_start(sbx_session *s, const sbx_session_opts *o)
 	s->direct.nofile = sbx_session_run_nofile(o);
 	s->direct.fsize = o->fsize_bytes;
 	s->direct.lifetime_ms = o->lifetime_ms;
+	s->direct.expire_at_ms = s->expire_at_ms;
+	s->direct.expire_grace_ms = s->expire_grace_ms;
 	s->direct.userns_fd = -1;
 	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
 		s->direct.bwrap_data_fd[i] = -1;
-	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	return 0;
 }
 

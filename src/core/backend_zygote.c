@@ -166,6 +166,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
 	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
+	cfg.expire_at_ms = s->expire_at_ms;
+	cfg.expire_grace_ms = s->expire_grace_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.uid = s->inside_uid;
 	cfg.gid = s->inside_gid;

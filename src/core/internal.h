@@ -76,12 +76,14 @@ enum sbx_status_type {
 	SBX_STATUS_ERROR = 'E', /* setup failed before exec: msg says why */
 	SBX_STATUS_EXIT = 'X',	/* the workload ended: wstatus, how */
 };
+#define SBX_STATUS_EXPIRED 2u
 
 struct sbx_status_rec {
 	uint32_t type;
 	int32_t wstatus;
 	int32_t err_no;
-	uint32_t timed_out; /* init's timer fired before the exit */
+	uint32_t timed_out; /* init's timer fired before the exit: 1 the run's, */
+			    /* SBX_STATUS_EXPIRED the session's lifetime */
 	char msg[240];
 	/* ERROR: non-empty when the run request's option of that name is wrong
 	 * (the caller's InvalidArgument); msg then starts with it. */
@@ -156,6 +158,11 @@ struct sbx_zygote_cfg {
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
 	uint64_t lifetime_ms;
+	/* The session's end (CLOCK_MONOTONIC ms, the host's clock: every
+	 * process of a session reads the same; 0: none): each run's init
+	 * sends SIGTERM then, SIGKILL expire_grace_ms later (init.c). */
+	uint64_t expire_at_ms;
+	uint32_t expire_grace_ms;
 	uint32_t warm_runs; /* offers kept outstanding (>= 1) */
 	uid_t uid;	    /* the workload's uid/gid (as seen by init) */
 	gid_t gid;
@@ -303,6 +310,8 @@ int sbx_sys_set_ids(uid_t uid, gid_t gid);
  * in *tries; false for any other error or once the time is up (errno
  * kept). */
 bool sbx_sys_fork_retry(int *tries);
+/* CLOCK_MONOTONIC in ms (the same in every process of the host). */
+uint64_t sbx_monotonic_ms(void);
 /* A sealed (read-only for good) memfd holding data, CLOEXEC, at offset 0;
  * -1 with errno. */
 int sbx_sealed_data_fd(const char *name, const void *data, size_t len);
@@ -433,6 +442,8 @@ int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, s
 /* Backends none and bubblewrap: the host forks each run's init, which has
  * no PID namespace of its own (SBX_SIG_KILL_RUN). */
 bool sbx_session_direct(const sbx_session *s);
+/* The session's end by lifetime (sbx_monotonic_ms), 0: none. */
+uint64_t sbx_session_expire_at_ms(const sbx_session *s);
 /* Where a run gives its init back after it ended (a message of struct
  * sbx_proto_offer with the init's pidfd and request socket), or -1 when
  * the session's inits serve one run each. */

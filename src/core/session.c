@@ -205,6 +205,9 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 {
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
+	if (sbx_session_expired(s))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
+				   "the session's lifetime has passed");
 	if (s->pending)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "the session is still setting up (sbx_session_finish first)");
@@ -363,9 +366,21 @@ int sbx_protect_from_oom(sbx_err *err)
 	return 0;
 }
 
+uint64_t sbx_session_expire_at_ms(const sbx_session *s)
+{
+	return s->expire_at_ms;
+}
+
+bool sbx_session_expired(const sbx_session *s)
+{
+	return s->expire_at_ms && sbx_monotonic_ms() >= s->expire_at_ms;
+}
+
 bool sbx_session_alive(sbx_session *s)
 {
-	return s && s->be->alive(s);
+	/* Over at its end at once, on every backend, while its runs are
+	 * still in their grace period. */
+	return s && !sbx_session_expired(s) && s->be->alive(s);
 }
 
 static bool have_cap(cap_value_t cap)
@@ -572,6 +587,11 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	prog = sbx_seccomp_compile(o->seccomp_deny, o->seccomp_allow, err);
 	if (!prog)
 		goto fail;
+	/* Its end, which every run's init enforces (init.c): counted from
+	 * here, before any process of the session exists. */
+	if (o->lifetime_ms)
+		s->expire_at_ms = sbx_monotonic_ms() + o->lifetime_ms;
+	s->expire_grace_ms = o->expire_grace_ms ? o->expire_grace_ms : SBX_DEFAULT_EXPIRE_GRACE_MS;
 	/* The backend's processes; the zygote keeps its own copy of the
 	 * filter, bubblewrap takes ours. */
 	int rc = s->be->start(s, o, &prog, err);

@@ -30,6 +30,8 @@ void sbx_srv_metrics_run(const char *outcome, double seconds)
 		sbx_srv_m.runs_disconnected++;
 	else if (!strcmp(outcome, "oom"))
 		sbx_srv_m.runs_oom++;
+	else if (!strcmp(outcome, "session_expired"))
+		sbx_srv_m.runs_expired++;
 	else
 		sbx_srv_m.runs_error++;
 	for (int i = 0; i < 12; i++)
@@ -118,6 +120,8 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 		(unsigned long)sbx_srv_m.runs_error);
 	fprintf(f, "sbxd_runs_finished_total{outcome=\"disconnected\"} %lu\n",
 		(unsigned long)sbx_srv_m.runs_disconnected);
+	fprintf(f, "sbxd_runs_finished_total{outcome=\"session_expired\"} %lu\n",
+		(unsigned long)sbx_srv_m.runs_expired);
 	fprintf(f, "# HELP sbxd_streamed_bytes_total Bytes of stdout/stderr streamed.\n"
 		   "# TYPE sbxd_streamed_bytes_total counter\n");
 	fprintf(f, "sbxd_streamed_bytes_total %lu\n", (unsigned long)sbx_srv_m.bytes_streamed);

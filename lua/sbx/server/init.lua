@@ -408,6 +408,11 @@ function M.handle(req)
     if method ~= "GET" and method ~= "DELETE" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
     local rec, err, owner = lookup(req, id, method == "DELETE")
     if not rec then return err end
+    -- Past its timeout_s a session is over at once (its runs may still be
+    -- in their grace; tick() closes it once they are done).
+    if method == "GET" and not rec.s:alive() then
+      return fail(410, "SessionClosed", ("session %s has ended: its lifetime has passed"):format(rec.s.name))
+    end
     if method == "GET" then return reply(200, describe(rec, owner, req)) end
     close_rec(rec, "deleted")
     return reply(200, { id = pid, closed = true }, { log = "session=" .. id })

@@ -1,0 +1,294 @@
+-- session_flow_spec: issue 17's session promises as a user calls them, on
+-- device and through sbxd: a pinned work dir is also at its host path
+-- inside (row 3), python scripts are dedented (row 4), a session ends at
+-- its timeout_s with SIGTERM, a grace, SIGKILL and "session_expired" on
+-- every backend (row 6), and read_write_paths of a dir the sandbox user
+-- does not own are writable (row 7).
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local T = dofile(here .. "helpers.lua")
+local H = dofile(T.ROOT .. "/tests/server/harness.lua")
+
+local sbx = T.sbx
+local errors = T.errors
+
+local is_root
+do
+  local p = io.popen("id -u")
+  is_root = p:read("*l") == "0"
+  p:close()
+end
+-- A number no other process has on its command line (as `sleep <n>` it
+-- never ends by itself).
+local counter = 0
+local function token()
+  counter = counter + 1
+  return ("%d%04d%d"):format(math.floor(T.now_ms()) % 1000000, counter, math.random(1000, 9999))
+end
+local has_bwrap = os.execute("test -x /usr/bin/bwrap") == 0
+local served = H.available() and T.has_core() and H.have("curl") and pcall(require, "sbx.remote.http")
+local describe_srv = served and describe
+  or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl)") end
+
+-- A policy that lets every backend in, "none" included.
+local POLICY_DIR
+do
+  local p = io.popen("mktemp -d /var/tmp/sbx-flow.XXXXXX")
+  POLICY_DIR = p:read("*l")
+  p:close()
+end
+local POLICY = POLICY_DIR .. "/backends.lua"
+teardown(function() os.execute("rm -rf '" .. POLICY_DIR .. "'") end)
+do
+  local f = assert(io.open(POLICY, "w"))
+  f:write('return { name = "session-flow", ceilings = { backends = '
+    .. '{ "userns", "privileged", "bubblewrap", "none" } } }\n')
+  f:close()
+end
+
+local BACKENDS = { "userns" }
+if has_bwrap then BACKENDS[#BACKENDS + 1] = "bubblewrap" end
+if is_root then BACKENDS[#BACKENDS + 1] = "privileged" end
+
+local function write(path, data)
+  local f = assert(io.open(path, "wb"))
+  f:write(data)
+  f:close()
+end
+
+local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
+
+-- ---------------------------------------------------------------------
+-- Row 4: dedent
+-- ---------------------------------------------------------------------
+
+describe("sbx.dedent", function()
+  local dedent = require("sbx.dedent").dedent
+  -- Python's own textwrap.dedent is the oracle.
+  local cases = {
+    "\n    import json\n    if True:\n        print(1)\n    ",
+    "  a\n\tb\n", "\ta\n\t  b\n \n", "x\n  y", "  a\n  \n    b\n", "", "  only",
+    "\t\ta\n\tb\n\t\n", "  a\r\n  b\r\n", "    x\n      y\n    z", "\t \ta\n\t  b\n",
+  }
+  -- A Python string literal of any bytes.
+  local function py(s)
+    return "b'" .. s:gsub(".", function(c) return ("\\x%02x"):format(c:byte()) end) .. "'.decode()"
+  end
+  it("gives what Python's textwrap.dedent gives", function()
+    local src = {}
+    for i, c in ipairs(cases) do src[i] = py(c) end
+    local dir = T.tmpdir()
+    write(dir .. "/cases.py", "import sys, textwrap\nfor c in [" .. table.concat(src, ", ")
+      .. "]:\n    sys.stdout.write(repr(textwrap.dedent(c)) + '\\n')\n")
+    local p = io.popen("/usr/bin/python3 " .. dir .. "/cases.py")
+    local want = {}
+    for line in p:lines() do want[#want + 1] = line end
+    p:close()
+    assert.equal(#cases, #want)
+    -- Compare as Python reprs: feed our outputs through repr too.
+    local ours = {}
+    for i, c in ipairs(cases) do ours[i] = py(dedent(c)) end
+    write(dir .. "/ours.py", "import sys\nfor c in [" .. table.concat(ours, ", ")
+      .. "]:\n    sys.stdout.write(repr(c) + '\\n')\n")
+    p = io.popen("/usr/bin/python3 " .. dir .. "/ours.py")
+    local got = {}
+    for line in p:lines() do got[#got + 1] = line end
+    p:close()
+    assert.same(want, got)
+  end)
+end)
+
+-- ---------------------------------------------------------------------
+-- On device, per backend
+-- ---------------------------------------------------------------------
+
+for _, be in ipairs(BACKENDS) do
+  describe("backend " .. be, function()
+    local function session(o)
+      o = o or {}
+      o.backend = be
+      o.policy = o.policy or POLICY
+      return sbx.session(o)
+    end
+
+    teardown(function() T.cleanup() end)
+
+    it("row 3: a pinned work dir is the same dir at its host path and at /tmp/sandbox-work", function()
+      local work = T.tmpdir("/tmp")
+      local s = session { work_dir = work }
+      finally(function() s:close() end)
+      -- The reference's pattern: a path built on the host, used inside.
+      local r = s:run_code(([[
+        import json, pathlib, os
+        pathlib.Path("%s/data.json").write_text(json.dumps([1, 2, 3, 4]))
+        print(os.stat("%s").st_ino == os.stat("/tmp/sandbox-work").st_ino)
+      ]]):format(work, work))
+      assert.equal("True\n", r)
+      assert.equal("[1, 2, 3, 4]", T.read_file(work .. "/data.json"))
+      -- Written through one, seen through the other, in a later run.
+      r = s:exec("cat /tmp/sandbox-work/data.json; echo x > /tmp/sandbox-work/b; cat " .. q(work .. "/b"))
+      assert.equal(0, r.returncode, T.show(r))
+      assert.equal("[1, 2, 3, 4]x\n", r.stdout)
+      -- put_bytes at the host path, read inside at it.
+      s:put_bytes(work .. "/in.txt", "staged")
+      assert.equal("staged", s:exec("cat " .. q(work .. "/in.txt")).stdout)
+    end)
+
+    it("row 3 (control): an unpinned session's host work dir is not reachable inside", function()
+      local s = session {}
+      finally(function() s:close() end)
+      local r = s:exec("ls " .. q(s.work_dir))
+      assert.are_not.equal(0, r.returncode, T.show(r))
+      assert.equal(0, s:exec("ls /tmp/sandbox-work").returncode)
+    end)
+
+    it("row 3: a work dir under /home appears at its path, and nothing else of /home", function()
+      local top = "/home/sbx-flow-" .. token()
+      local other = "/home/sbx-flow-other-" .. token()
+      assert.equal(0, os.execute("mkdir -p " .. q(top .. "/proj") .. " " .. q(other)))
+      finally(function() os.execute("rm -rf " .. q(top) .. " " .. q(other)) end)
+      local s = session { work_dir = top .. "/proj" }
+      finally(function() s:close() end)
+      local r = s:exec("ls -a /home; echo hi > " .. q(top .. "/proj/f") .. "; cat /tmp/sandbox-work/f")
+      assert.equal(0, r.returncode, T.show(r))
+      -- Control: the host's /home has the other dir.
+      assert.equal(0, os.execute("test -d " .. q(other)))
+      assert.equal(".\n..\n" .. top:sub(7) .. "\nhi\n", r.stdout)
+    end)
+
+    it("row 4: an indented python script runs (the reference's example)", function()
+      local s = session {}
+      finally(function() s:close() end)
+      s:put_bytes("in.json", '{"values": [1, 2, 3]}')
+      local out = s:run_code([[
+        import json, pathlib
+        data = json.loads(pathlib.Path("/tmp/sandbox-work/in.json").read_text())
+        if data:
+            print(sum(data["values"]))
+        ]])
+      assert.equal("6\n", out)
+      -- Control: indentation that is really wrong still fails as Python says.
+      local r = s:exec("  x = 1\n y = 2\n", { script_type = "python" })
+      assert.equal(1, r.returncode)
+      assert.matches("IndentationError", r.stderr)
+      -- A shell script keeps its text as written.
+      assert.equal("  a\n", s:exec("cat <<'E'\n  a\nE", {}).stdout)
+    end)
+
+    it("row 6: at timeout_s every run gets SIGTERM, then SIGKILL after the grace: session_expired", function()
+      local s = session { timeout_s = 2, timeout_grace_s = 1 }
+      finally(function() s:close() end)
+      local marker = "99" .. token()
+      -- One ends at SIGTERM; one ignores it (and records it) until SIGKILL.
+      -- timeout_s: a bound should the session's end never come.
+      local a = s:run("sleep " .. marker, { timeout_s = 120 })
+      local b = s:run("trap 'echo term > /tmp/sandbox-work/got-term' TERM; "
+        .. "echo up; while :; do sleep 0.05; done", { timeout_s = 120 })
+      assert.equal("up", b:lines()())
+      assert.is_true(s:alive())
+      -- Nothing but waiting: the session's end comes to the run by itself.
+      assert.equal(-15, a:wait())
+      assert.equal("session_expired", a.termination_reason)
+      assert.is_false(s:alive())
+      assert.equal(-9, b:wait())
+      assert.equal("session_expired", b.termination_reason)
+      assert.equal("term\n", s:get_bytes("got-term") or T.read_file(s.work_dir .. "/got-term"))
+      local e = T.expect("SessionClosed", s.exec, s, "true")
+      assert.matches("lifetime", tostring(e))
+      assert.equal(0, H.count_procs(marker))
+    end)
+
+    it("row 6 (control): a run that ends before timeout_s is its own end", function()
+      local s = session { timeout_s = 600 }
+      finally(function() s:close() end)
+      local r = s:exec("exit 3")
+      assert.equal(3, r.returncode)
+      assert.equal("", r.termination_reason)
+      r = s:exec("sleep 5", { timeout_s = 0.2 })
+      assert.equal("timeout", r.termination_reason)
+      assert.is_true(s:alive())
+    end)
+  end)
+end
+
+describe("backend none", function()
+  it("row 6: the session's end reaches its runs too (no zygote)", function()
+    local s = sbx.session { backend = "none", policy = POLICY, timeout_s = 2, timeout_grace_s = 1 }
+    finally(function() s:close() end)
+    local marker = "98" .. token()
+    local a = s:run("sleep " .. marker, { timeout_s = 120 })
+    assert.equal(-15, a:wait())
+    assert.equal("session_expired", a.termination_reason)
+    assert.is_false(s:alive())
+    T.expect("SessionClosed", s.exec, s, "true")
+    assert.equal(0, H.count_procs(marker))
+  end)
+end)
+
+describe("session options", function()
+  it("timeout_grace_s is 0 to 300 seconds", function()
+    T.expect("InvalidArgument", sbx.session, { timeout_grace_s = -1 })
+    T.expect("InvalidArgument", sbx.session, { timeout_grace_s = 301 })
+    T.expect("InvalidArgument", sbx.session, { timeout_grace_s = "10" })
+  end)
+end)
+
+-- ---------------------------------------------------------------------
+-- Through sbxd
+-- ---------------------------------------------------------------------
+
+describe_srv("through sbxd", function()
+  local srv
+  local JSON = "content-type: application/json"
+
+  setup(function()
+    srv = assert(H.start {})
+  end)
+  teardown(function()
+    if srv then srv:cleanup() end
+  end)
+
+  it("row 4: sbx.remote and curl dedent a python script", function()
+    local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
+    finally(function() s:close() end)
+    assert.equal("3\n", s:run_code([[
+      x = 1
+      if x:
+          print(x + 2)
+      ]]))
+    local sid = s.id
+    local body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", '{"cmd":"\\n    import sys\\n    print(40 + 2)\\n    ","script_type":"python"}')
+    assert.equal(200, status, body)
+    assert.is_truthy(body:find('{"type":"stdout","data":"42\\n"}', 1, true), body)
+  end)
+
+  it("row 6: sbx.remote: the run ends as session_expired, alive turns false, then SessionClosed", function()
+    local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, timeout_s = 2,
+      timeout_grace_s = 1 }
+    local marker = "97" .. token()
+    local p = s:run("trap '' TERM; echo up; sleep " .. marker .. " & while :; do sleep 0.05; done",
+      { timeout_s = 120 })
+    assert.equal("up", p:lines()())
+    assert.equal(-9, p:wait())
+    assert.equal("session_expired", p.termination_reason)
+    assert.is_false(s:alive())
+    local ok, e = pcall(s.exec, s, "true")
+    assert.is_false(ok)
+    assert.is_true(errors.is(e, "SessionClosed"), tostring(e))
+    assert.equal(0, H.count_procs(marker))
+  end)
+
+  it("row 6: curl: the exit event says session_expired", function()
+    local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON,
+      "-d", '{"timeout_s":2,"timeout_grace_s":1}')
+    assert.equal(201, status, body)
+    local sid = H.json_field(body, "id")
+    body, status = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
+      "-d", '{"cmd":"sleep 100000","timeout_s":120}')
+    assert.equal(200, status, body)
+    local exit = body:match("[^\n]+\n?$")
+    assert.equal("exit", H.json_field(exit, "type"), body)
+    assert.equal("session_expired", H.json_field(exit, "termination_reason"), body)
+    assert.equal(-15, H.json_field(exit, "returncode"), body)
+  end)
+end)
