@@ -221,16 +221,20 @@ end
 
 local NOT_BUILT = {}
 
--- Bind paths: absolute, without "..", outside /tmp; normalized.  Whether
+-- Bind paths: absolute, without "..", not /tmp itself nor the work dir;
+-- normalized.  A bind below /tmp is carried into every run's fresh /tmp
+-- (the core re-attaches it), so /tmp/my-job works as on the host.  Whether
 -- the policy allows them (and that they exist) is the engine's to check.
 local function check_bind_paths(option, v)
   local list = check_list(option, v)
   local out = {}
   for i, p in ipairs(list) do
     local norm = check_host_path(option, p)
-    if norm == "/tmp" or M.is_under(norm, "/tmp") then
-      invalid(option, "%q lies in /tmp, which every run gets fresh (a tmpfs): the bind would be "
-        .. "hidden; bind a directory outside /tmp", norm)
+    if norm == "/tmp" then
+      invalid(option, "%q: every run gets a fresh /tmp (a tmpfs); bind a directory below it", norm)
+    end
+    if norm == M.SANDBOX_WORKDIR or M.is_under(norm, M.SANDBOX_WORKDIR) then
+      invalid(option, "%q is the sandbox's work dir (work_dir pins it)", norm)
     end
     out[i] = norm
   end

@@ -91,8 +91,16 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	}
 	/* Nothing of the host process may reach the sandbox: not its other
 	 * sessions' sockets, not its terminal. */
-	int keep[3] = {sync_fd, ctl_fd, image_fd};
-	sbx_close_fds_except(keep, 3);
+	int keep[3 + SBX_FS_MAX_ENTRIES];
+	size_t nkeep = 0;
+	keep[nkeep++] = sync_fd;
+	keep[nkeep++] = ctl_fd;
+	keep[nkeep++] = image_fd;
+	/* The host's idmapped binds, attached as the root is built. */
+	for (size_t i = 0; i < s->fs.n; i++)
+		if (s->fs.e[i].mount_fd >= 0)
+			keep[nkeep++] = s->fs.e[i].mount_fd;
+	sbx_close_fds_except(keep, nkeep);
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int i = 0; devnull >= 0 && i < 3; i++)
 		dup2(devnull, i);

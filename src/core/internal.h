@@ -145,6 +145,14 @@ int sbx_gpu_prepare(sbx_gpu *g, const sbx_session_opts *o, const char *lock_dir,
 /* Free what prepare allocated, release the locks.  Safe when empty. */
 void sbx_gpu_release(sbx_gpu *g);
 
+/* idmap.c: as root, each of o's read_write_paths in fs that the sandbox's
+ * host ids (to_uid/gid) do not own gets an idmapped detached copy of its
+ * mount (e->mount_fd) mapping its owner to them; *any says whether one
+ * did.  0, or -1 with err.  close: the fds, once the zygote has them. */
+int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
+		      bool *any, sbx_err *err);
+void sbx_idmap_close(sbx_rootfs *fs);
+
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
 #define SBX_MAX_CARRY 32
 

@@ -39,6 +39,7 @@ typedef struct sbx_fs_entry {
 	uint64_t size;	 /* TMPFS */
 	char *data;	 /* DATA: owned */
 	char *own;	 /* a path above that the entry owns, or NULL */
+	int mount_fd;	 /* BIND: a detached mount to attach instead (idmap.c), or -1 */
 } sbx_fs_entry;
 
 /* Most entries a description holds. */

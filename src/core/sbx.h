@@ -398,6 +398,10 @@ int sbx_seccomp_selfcheck(sbx_err *err);
  */
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err);
+/* The same, and with no_setid chmod/fchmod/fchmodat/fchmodat2 refuse a
+ * setuid or setgid bit (EPERM): sessions with an idmapped bind (idmap.c). */
+struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
+					     bool no_setid, sbx_err *err);
 void sbx_seccomp_free(struct sock_fprog *prog);
 /* Install prog on the calling thread (no_new_privs must be set).  Child-side. */
 int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);

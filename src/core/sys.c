@@ -102,11 +102,12 @@ static int cmp_int(const void *a, const void *b)
 
 void sbx_close_fds_except(const int *keep, size_t n)
 {
-	int sorted[16];
+	/* The zygote keeps three fds and one per idmapped bind (idmap.c). */
+	int sorted[3 + SBX_FS_MAX_ENTRIES];
 	unsigned int lo = 3;
 
-	if (n > 16)
-		n = 16;
+	if (n > sizeof(sorted) / sizeof(sorted[0]))
+		n = sizeof(sorted) / sizeof(sorted[0]);
 	memcpy(sorted, keep, n * sizeof(int));
 	qsort(sorted, n, sizeof(int), cmp_int);
 	for (size_t i = 0; i < n; i++) {

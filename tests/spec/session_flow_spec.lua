@@ -210,6 +210,122 @@ for _, be in ipairs(BACKENDS) do
   end)
 end
 
+-- ---------------------------------------------------------------------
+-- Row 7: read_write_paths of a dir the sandbox user does not own; /tmp binds
+-- ---------------------------------------------------------------------
+
+-- A root-made dir (0755) outside /tmp, with a file of its own; removed at the end.
+local function root_dir(base)
+  local p = io.popen("mktemp -d " .. (base or "/var/tmp") .. "/sbx-flow-rw.XXXXXX")
+  local d = p:read("*l")
+  p:close()
+  os.execute("chmod 755 " .. q(d))
+  write(d .. "/existing", "root's\n")
+  return d
+end
+
+local function owner(path)
+  local p = io.popen("stat -c %u:%g " .. q(path))
+  local o = p:read("*l")
+  p:close()
+  return o
+end
+
+for _, be in ipairs { "userns", "privileged" } do
+  -- Only a root host side maps ids (else the sandbox user is the caller).
+  local run_it = is_root and it or pending
+  describe("row 7 on " .. be, function()
+    run_it("a root-owned read_write_path is writable inside; on the host it stays root's, never chowned", function()
+      local d = root_dir()
+      finally(function() os.execute("rm -rf " .. q(d)) end)
+      local s = sbx.session { backend = be, policy = POLICY, read_write_paths = { d } }
+      finally(function() s:close() end)
+      local r = s:exec(("echo new > %s/made; echo more >> %s/existing; mkdir %s/sub && echo x > %s/sub/y")
+        :format(q(d), q(d), q(d), q(d)))
+      assert.equal(0, r.returncode, T.show(r))
+      assert.equal("new\n", T.read_file(d .. "/made"))
+      assert.equal("root's\nmore\n", T.read_file(d .. "/existing"))
+      for _, f in ipairs { d, d .. "/made", d .. "/existing", d .. "/sub", d .. "/sub/y" } do
+        assert.equal("0:0", owner(f), f)
+      end
+    end)
+
+    run_it("only the dir's owner is mapped: another user's file in it stays out of reach", function()
+      local d = root_dir()
+      finally(function() os.execute("rm -rf " .. q(d)) end)
+      write(d .. "/theirs", "4343's\n")
+      os.execute("chown 4343:4343 " .. q(d .. "/theirs") .. "; chmod 644 " .. q(d .. "/theirs"))
+      local s = sbx.session { backend = be, policy = POLICY, read_write_paths = { d } }
+      finally(function() s:close() end)
+      local r = s:exec("echo x >> " .. q(d .. "/theirs"))
+      assert.are_not.equal(0, r.returncode, T.show(r))
+      assert.matches("Permission denied", r.stderr)
+      -- Control: the owner's own file in the same dir is writable.
+      assert.equal(0, s:exec("echo x >> " .. q(d .. "/existing")).returncode)
+      assert.equal("4343's\n", T.read_file(d .. "/theirs"))
+    end)
+
+    run_it("no setuid/setgid bits where the sandbox writes as root; chmod otherwise works", function()
+      local d = root_dir()
+      finally(function() os.execute("rm -rf " .. q(d)) end)
+      local s = sbx.session { backend = be, policy = POLICY, read_write_paths = { d } }
+      finally(function() s:close() end)
+      local r = s:exec(("cp /bin/true %s/t && chmod 755 %s/t && %s/t"):format(q(d), q(d), q(d)))
+      assert.equal(0, r.returncode, T.show(r))
+      for _, mode in ipairs { "u+s", "g+s", "4755", "2755" } do
+        r = s:exec(("chmod %s %s/t"):format(mode, q(d)))
+        assert.are_not.equal(0, r.returncode, mode .. ": " .. T.show(r))
+        assert.matches("Operation not permitted", r.stderr)
+      end
+      local p = io.popen("stat -c %a " .. q(d .. "/t"))
+      assert.equal("755", p:read("*l"))
+      p:close()
+      -- Control: without an idmapped bind a setuid bit on one's own file
+      -- is allowed (and meaningless: every mount is nosuid).
+      local plain = sbx.session { backend = be, policy = POLICY }
+      finally(function() plain:close() end)
+      r = plain:exec("cp /bin/true t && chmod u+s t && stat -c %a t")
+      assert.equal(0, r.returncode, T.show(r))
+      assert.equal("4755\n", r.stdout)
+    end)
+
+    run_it("control: the same dir bound read-only is not writable", function()
+      local d = root_dir()
+      finally(function() os.execute("rm -rf " .. q(d)) end)
+      local s = sbx.session { backend = be, policy = POLICY, read_only_paths = { d } }
+      finally(function() s:close() end)
+      local r = s:exec("echo x > " .. q(d .. "/made"))
+      assert.are_not.equal(0, r.returncode, T.show(r))
+      assert.is_nil(io.open(d .. "/made"))
+    end)
+  end)
+end
+
+describe("/tmp binds (README: carried into each run's fresh /tmp)", function()
+  for _, be in ipairs(BACKENDS) do
+    it("on " .. be .. ": a read-only and a read-write bind below /tmp in every run", function()
+      local ro, rw = root_dir("/tmp"), root_dir("/tmp")
+      finally(function() os.execute("rm -rf " .. q(ro) .. " " .. q(rw)) end)
+      -- Writable by anyone, so this is about the carrying on every backend.
+      os.execute("chmod 1777 " .. q(rw))
+      local s = sbx.session { backend = be, policy = POLICY, read_only_paths = { ro }, read_write_paths = { rw } }
+      finally(function() s:close() end)
+      for i = 1, 2 do
+        local r = s:exec(("cat %s/existing; echo %d >> %s/log; echo s > /tmp/scratch-%d; ls /tmp")
+          :format(q(ro), i, q(rw), i))
+        assert.equal(0, r.returncode, T.show(r))
+        assert.matches("^root's\n", r.stdout)
+        -- The run's own /tmp is fresh: the last run's scratch is gone.
+        assert.is_nil(r.stdout:find("scratch-" .. (i - 1), 1, true))
+        assert.is_truthy(r.stdout:find("scratch-" .. i, 1, true))
+        r = s:exec("touch " .. q(ro .. "/no"))
+        assert.matches("Read%-only file system", r.stderr)
+      end
+      assert.equal("1\n2\n", T.read_file(rw .. "/log"))
+    end)
+  end
+end)
+
 describe("backend none", function()
   it("row 6: the session's end reaches its runs too (no zygote)", function()
     local s = sbx.session { backend = "none", policy = POLICY, timeout_s = 2, timeout_grace_s = 1 }
@@ -276,6 +392,18 @@ describe_srv("through sbxd", function()
     assert.is_false(ok)
     assert.is_true(errors.is(e, "SessionClosed"), tostring(e))
     assert.equal(0, H.count_procs(marker))
+  end)
+
+  it("row 7: sbx.remote: a root-owned read_write_path of the server's is writable", function()
+    if not is_root then return pending("needs root") end
+    local d = root_dir()
+    finally(function() os.execute("rm -rf " .. q(d)) end)
+    local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, read_write_paths = { d } }
+    finally(function() s:close() end)
+    local r = s:exec("echo remote >> " .. q(d .. "/existing") .. "; chmod u+s " .. q(d .. "/existing"))
+    assert.matches("Operation not permitted", r.stderr)
+    assert.equal("root's\nremote\n", T.read_file(d .. "/existing"))
+    assert.equal("0:0", owner(d .. "/existing"))
   end)
 
   it("row 6: curl: the exit event says session_expired", function()

@@ -1,0 +1,151 @@
+/*
+ * idmap.c: read_write_paths the sandbox user does not own, made writable
+ * without touching them: an idmapped mount.
+ *
+ * The sandbox user is an unprivileged host uid (231072, or privileged's
+ * 300000 + n), so a bind of a dir owned by anyone else (root, typically)
+ * is read-only to it in fact: EACCES.  When the host side is root the
+ * session binds such a dir through a detached copy of its mount idmapped
+ * with a user namespace that maps the dir's owner (uid and gid) to the
+ * sandbox user's host ids, and nothing else: inside, the dir and its
+ * owner's files are the sandbox user's; what it creates is the owner's on
+ * the host; files of other users stay theirs (unmapped, as before).  The
+ * dir itself is never chowned.  The copy is made here, on the host (only
+ * the initial user namespace's root may idmap), and the zygote attaches it
+ * where the bind would go (rootfs.c).  A file system without idmapped
+ * mounts keeps the plain bind (and its EACCES).  Since the sandbox now
+ * writes as the owner, the session's filter refuses setuid and setgid mode
+ * bits (seccomp.c's setid guard), so it cannot leave a setuid program of
+ * the owner's (root's) on the host.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+/* A user namespace mapping host uid/gid from to host uid/gid to (as an
+ * idmapped mount reads it: on-disk from appears as to); an fd, or -1. */
+static int map_userns(uid_t from_uid, gid_t from_gid, uid_t to_uid, gid_t to_gid)
+{
+	int sp[2], fd = -1;
+	char c = 0, path[64], map[64];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+		return -1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		close(sp[0]);
+		if (unshare(CLONE_NEWUSER) == 0 && write(sp[1], "u", 1) == 1)
+			(void)!read(sp[1], &c, 1); /* until the maps are written */
+		_exit(0);
+	}
+	close(sp[1]);
+	if (pid > 0 && read(sp[0], &c, 1) == 1) {
+		int ok = 1;
+		const char *file[2] = {"uid_map", "gid_map"};
+		unsigned from[2] = {from_uid, from_gid}, to[2] = {to_uid, to_gid};
+		for (int i = 0; i < 2 && ok; i++) {
+			snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, file[i]);
+			snprintf(map, sizeof(map), "%u %u 1\n", from[i], to[i]);
+			int m = open(path, O_WRONLY | O_CLOEXEC);
+			ok = m >= 0 && write(m, map, strlen(map)) == (ssize_t)strlen(map);
+			if (m >= 0)
+				close(m);
+		}
+		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)pid);
+		if (ok)
+			fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	int e = errno;
+	close(sp[0]); /* the child's read ends: it exits */
+	if (pid > 0)
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	errno = e;
+	return fd;
+}
+
+/* A detached, idmapped copy of the mount tree at path: fd, -1 with err,
+ * or -2 when this file system has no idmapped mounts. */
+static int idmapped_tree(const char *path, const struct stat *st, uid_t to_uid, gid_t to_gid,
+			 sbx_err *err)
+{
+	int ns = map_userns(st->st_uid, st->st_gid, to_uid, to_gid);
+	if (ns < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno,
+				   "read_write_paths %s: a user namespace for its idmap: %s", path,
+				   strerror(errno));
+	int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path,
+				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	if (tree < 0) {
+		int e = errno;
+		close(ns);
+		return sbx_err_set(err, SBX_E_EXECUTION, e, "read_write_paths %s: open_tree: %s",
+				   path, strerror(e));
+	}
+	struct mount_attr attr;
+	memset(&attr, 0, sizeof(attr));
+	attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	attr.userns_fd = (uint64_t)ns;
+	long rc = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+			  sizeof(attr));
+	int e = errno;
+	close(ns);
+	if (rc == 0)
+		return tree;
+	close(tree);
+	/* The file system (or a mount below) cannot be idmapped: the plain
+	 * bind stays. */
+	if (e == EINVAL || e == EOPNOTSUPP || e == ENOSYS || e == EPERM)
+		return -2;
+	return sbx_err_set(err, SBX_E_EXECUTION, e, "read_write_paths %s: idmap: %s", path,
+			   strerror(e));
+}
+
+int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
+		      bool *any, sbx_err *err)
+{
+	*any = false;
+	if (geteuid() != 0)
+		return 0;
+	for (size_t i = 0; i < fs->n; i++) {
+		sbx_fs_entry *e = &fs->e[i];
+		struct stat st;
+		bool bound = false;
+		/* The caller's read_write_paths only (the work dir is the
+		 * sandbox's already). */
+		for (size_t b = 0; b < o->n_binds && !bound; b++)
+			bound = o->binds[b].writable && e->src == o->binds[b].path;
+		if (e->kind != SBX_FS_BIND || !bound || stat(e->src, &st) != 0 ||
+		    (st.st_uid == to_uid && st.st_gid == to_gid))
+			continue;
+		int fd = idmapped_tree(e->src, &st, to_uid, to_gid, err);
+		if (fd == -1)
+			return -1;
+		if (fd >= 0) {
+			e->mount_fd = fd;
+			*any = true;
+		}
+	}
+	return 0;
+}
+
+void sbx_idmap_close(sbx_rootfs *fs)
+{
+	for (size_t i = 0; fs->e && i < fs->n; i++)
+		if (fs->e[i].mount_fd >= 0) {
+			close(fs->e[i].mount_fd);
+			fs->e[i].mount_fd = -1;
+		}
+}
