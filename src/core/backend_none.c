@@ -42,6 +42,33 @@ void sbx_none_reap(sbx_session *s, bool wait_all)
 	s->n_direct = k;
 }
 
+/* Close the idmapped copies made for a run (the child has its own). */
+static void drop_idmap(sbx_session *s)
+{
+	for (size_t i = 0; i < s->direct.n_idmap; i++)
+		close(s->direct.idmap_fd[i]);
+	s->direct.n_idmap = 0;
+}
+
+/* bubblewrap as root: a fresh idmapped copy of each read_write_path that
+ * needs one, for this run's workload to attach (idmap.c).  0, or -1. */
+static int make_idmap(sbx_session *s, sbx_err *err)
+{
+	s->direct.n_idmap = 0;
+	for (size_t i = 0; s->direct.bwrap_argv && i < s->fs.n; i++) {
+		if (s->fs.e[i].idmap_ns < 0 || s->direct.n_idmap == SBX_MAX_CARRY)
+			continue;
+		int fd = sbx_idmap_tree(&s->fs.e[i], err);
+		if (fd < 0) {
+			drop_idmap(s);
+			return -1;
+		}
+		s->direct.idmap_fd[s->direct.n_idmap] = fd;
+		s->direct.idmap_path[s->direct.n_idmap++] = s->fs.e[i].src;
+	}
+	return 0;
+}
+
 /* Backend "none": the host forks the run's init itself, on demand (the
  * mode is always blocked; rc stays empty: the run cgroup comes later). */
 int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
@@ -60,6 +87,11 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 				   "backend none: more than %d runs at once", MAX_DIRECT);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	if (make_idmap(s, err) < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return -1;
+	}
 	/* The child is born with every signal blocked, so one the caller
 	 * sends right after the start waits for init's signalfd instead of
 	 * killing it (the zygote does the same for the native backends). */
@@ -67,8 +99,10 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
 	pid_t pid = sbx_sys_clone3_fork(0, &own);
-	if (pid != 0)
+	if (pid != 0) {
 		sigprocmask(SIG_SETMASK, &old, NULL);
+		drop_idmap(s);
+	}
 	if (pid < 0) {
 		close(sp[0]);
 		close(sp[1]);

@@ -12,7 +12,10 @@
  * the host; files of other users stay theirs (unmapped, as before).  The
  * dir itself is never chowned.  The copy is made here, on the host (only
  * the initial user namespace's root may idmap), and the zygote attaches it
- * where the bind would go (rootfs.c).  A file system without idmapped
+ * where the bind would go (rootfs.c); for bubblewrap, whose binds are
+ * bwrap's by path, each run gets a fresh copy (backend_none.c) that its
+ * workload, still root, attaches over the dir's own path in a mount
+ * namespace of its own before it execs bwrap.  A file system without idmapped
  * mounts keeps the plain bind (and its EACCES).  Since the sandbox now
  * writes as the owner, the session's filter refuses setuid and setgid mode
  * bits (seccomp.c's setid guard), so it cannot leave a setuid program of
@@ -26,6 +29,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -76,34 +80,23 @@ static int map_userns(uid_t from_uid, gid_t from_gid, uid_t to_uid, gid_t to_gid
 	return fd;
 }
 
-/* A detached, idmapped copy of the mount tree at path: fd, -1 with err,
- * or -2 when this file system has no idmapped mounts. */
-static int idmapped_tree(const char *path, const struct stat *st, uid_t to_uid, gid_t to_gid,
-			 sbx_err *err)
+/* A detached copy of the mount tree at path, idmapped with ns: fd, -1
+ * with err, or -2 when this file system has no idmapped mounts. */
+static int tree_with(const char *path, int ns, sbx_err *err)
 {
-	int ns = map_userns(st->st_uid, st->st_gid, to_uid, to_gid);
-	if (ns < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno,
-				   "read_write_paths %s: a user namespace for its idmap: %s", path,
-				   strerror(errno));
 	int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path,
 				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-	if (tree < 0) {
-		int e = errno;
-		close(ns);
-		return sbx_err_set(err, SBX_E_EXECUTION, e, "read_write_paths %s: open_tree: %s",
-				   path, strerror(e));
-	}
+	if (tree < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno,
+				   "read_write_paths %s: open_tree: %s", path, strerror(errno));
 	struct mount_attr attr;
 	memset(&attr, 0, sizeof(attr));
 	attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 	attr.userns_fd = (uint64_t)ns;
-	long rc = syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
-			  sizeof(attr));
-	int e = errno;
-	close(ns);
-	if (rc == 0)
+	if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+		    sizeof(attr)) == 0)
 		return tree;
+	int e = errno;
 	close(tree);
 	/* The file system (or a mount below) cannot be idmapped: the plain
 	 * bind stays. */
@@ -114,7 +107,7 @@ static int idmapped_tree(const char *path, const struct stat *st, uid_t to_uid, 
 }
 
 int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
-		      bool *any, sbx_err *err)
+		      bool per_run, bool *any, sbx_err *err)
 {
 	*any = false;
 	if (geteuid() != 0)
@@ -130,22 +123,68 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 		if (e->kind != SBX_FS_BIND || !bound || stat(e->src, &st) != 0 ||
 		    (st.st_uid == to_uid && st.st_gid == to_gid))
 			continue;
-		int fd = idmapped_tree(e->src, &st, to_uid, to_gid, err);
-		if (fd == -1)
-			return -1;
-		if (fd >= 0) {
-			e->mount_fd = fd;
-			*any = true;
+		int ns = map_userns(st.st_uid, st.st_gid, to_uid, to_gid);
+		if (ns < 0)
+			return sbx_err_set(
+				err, SBX_E_EXECUTION, errno,
+				"read_write_paths %s: a user namespace for its idmap: %s", e->src,
+				strerror(errno));
+		int tree = tree_with(e->src, ns, err);
+		if (tree == -1 || tree == -2) {
+			close(ns);
+			if (tree == -1)
+				return -1;
+			continue;
+		}
+		*any = true;
+		if (per_run) {
+			/* Each run attaches a fresh copy (sbx_idmap_tree). */
+			close(tree);
+			e->idmap_ns = ns;
+		} else {
+			close(ns);
+			e->mount_fd = tree;
 		}
 	}
 	return 0;
 }
 
-void sbx_idmap_close(sbx_rootfs *fs)
+int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err)
 {
-	for (size_t i = 0; fs->e && i < fs->n; i++)
-		if (fs->e[i].mount_fd >= 0) {
+	int tree = tree_with(e->src, e->idmap_ns, err);
+	if (tree == -2)
+		return sbx_err_set(err, SBX_E_EXECUTION, EINVAL,
+				   "read_write_paths %s: its idmap was refused", e->src);
+	return tree;
+}
+
+int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg)
+{
+	if (!cfg->n_idmap)
+		return 0;
+	/* A mount namespace of the run's own, cut off from the host's, with
+	 * each copy over its own path: bwrap (started from here) binds it by
+	 * that path. */
+	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
+		return -1;
+	for (size_t i = 0; i < cfg->n_idmap; i++) {
+		if (syscall(SYS_move_mount, cfg->idmap_fd[i], "", AT_FDCWD, cfg->idmap_path[i],
+			    MOVE_MOUNT_F_EMPTY_PATH) != 0)
+			return -1;
+		close(cfg->idmap_fd[i]);
+	}
+	return 0;
+}
+
+void sbx_idmap_close(sbx_rootfs *fs, bool all)
+{
+	for (size_t i = 0; fs->e && i < fs->n; i++) {
+		if (fs->e[i].mount_fd >= 0)
 			close(fs->e[i].mount_fd);
-			fs->e[i].mount_fd = -1;
+		fs->e[i].mount_fd = -1;
+		if (all && fs->e[i].idmap_ns >= 0) {
+			close(fs->e[i].idmap_ns);
+			fs->e[i].idmap_ns = -1;
 		}
+	}
 }

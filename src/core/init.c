@@ -788,10 +788,14 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 			born[r].rlim_cur = born[r].rlim_max = RLIM_INFINITY;
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
-	int keep[2 + SBX_FS_MAX_DATA] = {hsock, cfg->bwrap_argv ? cfg->userns_fd : -1};
+	int keep[2 + SBX_FS_MAX_DATA + SBX_MAX_CARRY] = {hsock,
+							 cfg->bwrap_argv ? cfg->userns_fd : -1};
+	size_t nkeep = 2;
 	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
-		keep[2 + i] = cfg->bwrap_argv ? cfg->bwrap_data_fd[i] : -1;
-	sbx_close_fds_except(keep, 2 + SBX_FS_MAX_DATA);
+		keep[nkeep++] = cfg->bwrap_argv ? cfg->bwrap_data_fd[i] : -1;
+	for (size_t i = 0; cfg->bwrap_argv && i < cfg->n_idmap; i++)
+		keep[nkeep++] = cfg->idmap_fd[i];
+	sbx_close_fds_except(keep, nkeep);
 
 	/* The zygote had these blocked already, so none was lost before this
 	 * point; they queue on the signalfd, and signals from inside the run

@@ -147,11 +147,18 @@ void sbx_gpu_release(sbx_gpu *g);
 
 /* idmap.c: as root, each of o's read_write_paths in fs that the sandbox's
  * host ids (to_uid/gid) do not own gets an idmapped detached copy of its
- * mount (e->mount_fd) mapping its owner to them; *any says whether one
- * did.  0, or -1 with err.  close: the fds, once the zygote has them. */
+ * mount (e->mount_fd) mapping its owner to them, or with per_run only the
+ * user namespace of that map (e->idmap_ns) for sbx_idmap_tree to make a
+ * copy per run; *any says whether one did.  0, or -1 with err.  close:
+ * the copies (all: the namespaces too). */
+struct sbx_zygote_cfg;
 int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
-		      bool *any, sbx_err *err);
-void sbx_idmap_close(sbx_rootfs *fs);
+		      bool per_run, bool *any, sbx_err *err);
+int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err);
+void sbx_idmap_close(sbx_rootfs *fs, bool all);
+/* In a bubblewrap run's workload, still root: a mount namespace of its
+ * own with cfg's idmapped copies over their paths.  0, or -1 with errno. */
+int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg);
 
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
 #define SBX_MAX_CARRY 32
@@ -187,8 +194,13 @@ struct sbx_zygote_cfg {
 	int bwrap_data_fd[SBX_FS_MAX_DATA]; /* bubblewrap: sealed memfds of the generated files
 				    * bwrap_argv names (--ro-bind-data), or -1 */
 	const char *host_work_dir;	    /* backend "none": where the work dir really is */
-	int netns_fd[SBX_NET_NMODES];	    /* one network namespace per mode, or -1 */
-	sbx_net warm_mode;		    /* the mode of the first warm inits */
+	/* bubblewrap as root: this run's idmapped read_write_paths (idmap.c),
+	 * the host process's memory only (never the zygote's). */
+	int idmap_fd[SBX_MAX_CARRY];
+	const char *idmap_path[SBX_MAX_CARRY];
+	size_t n_idmap;
+	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
+	sbx_net warm_mode;	      /* the mode of the first warm inits */
 };
 
 /* ---- network namespaces (netns.c) ---- */

@@ -40,6 +40,7 @@ typedef struct sbx_fs_entry {
 	char *data;	 /* DATA: owned */
 	char *own;	 /* a path above that the entry owns, or NULL */
 	int mount_fd;	 /* BIND: a detached mount to attach instead (idmap.c), or -1 */
+	int idmap_ns;	 /* BIND: the user namespace of its idmap (bubblewrap), or -1 */
 } sbx_fs_entry;
 
 /* Most entries a description holds. */

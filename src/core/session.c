@@ -583,10 +583,10 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 						   s->inside_gid, err) < 0)
 		goto fail;
 	/* read_write_paths of someone else's: idmapped (the zygote attaches
-	 * them; bubblewrap's binds are bwrap's, by path). */
+	 * them; for bubblewrap each run's workload does, idmap.c). */
 	bool idmapped = false;
-	if (s->be->own_root && !s->none &&
-	    sbx_idmap_prepare(&s->fs, o, s->host_uid, s->host_gid, &idmapped, err) < 0)
+	if (s->be->own_root &&
+	    sbx_idmap_prepare(&s->fs, o, s->host_uid, s->host_gid, s->none, &idmapped, err) < 0)
 		goto fail;
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
@@ -603,7 +603,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	int rc = s->be->start(s, o, &prog, err);
 	sbx_seccomp_free(prog);
 	prog = NULL;
-	sbx_idmap_close(&s->fs); /* the zygote has its copies */
+	sbx_idmap_close(&s->fs, false); /* the zygote has its copies */
 	if (rc < 0)
 		goto fail;
 	if (rc == 0)
@@ -724,7 +724,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
-	sbx_idmap_close(&s->fs);
+	sbx_idmap_close(&s->fs, true);
 	sbx_rootfs_free(&s->fs);
 	for (size_t i = 0; s->open_deny && s->open_deny[i]; i++)
 		free(s->open_deny[i]);
