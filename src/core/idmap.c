@@ -149,6 +149,31 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 	return 0;
 }
 
+int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, sbx_err *err)
+{
+	/* The zygote is another uid than the host: a work dir below a dir
+	 * only root may enter (/root, 0700) would be out of its reach by
+	 * path.  A copy of its mount the host made needs no path. */
+	for (size_t i = 0; i < fs->n; i++) {
+		sbx_fs_entry *e = &fs->e[i];
+		if (e->kind != SBX_FS_BIND || e->src != work_dir || e->mount_fd >= 0)
+			continue;
+		e->mount_fd = (int)syscall(SYS_open_tree, AT_FDCWD, work_dir,
+					   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+		if (e->mount_fd < 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno,
+					   "work dir %s: open_tree: %s", work_dir, strerror(errno));
+		struct mount_attr attr;
+		memset(&attr, 0, sizeof(attr));
+		attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+		if (syscall(SYS_mount_setattr, e->mount_fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
+			    sizeof(attr)) != 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "work dir %s: nosuid: %s",
+					   work_dir, strerror(errno));
+	}
+	return 0;
+}
+
 int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err)
 {
 	int tree = tree_with(e->src, e->idmap_ns, err);

@@ -174,8 +174,9 @@ int sbx_rootfs_etc_entry(const char *name, sbx_err *err)
 		 !strcmp(name, "hostname") || !strcmp(name, "shadow") || !strcmp(name, "gshadow"));
 }
 
-/* The host's idmapped copy of a read-write bind (idmap.c), attached at
- * dst (flags set by the host: read-write, nosuid, nodev). */
+/* A copy of a mount the host made (idmap.c: an idmapped read-write bind,
+ * or the work dir), attached at dst (flags set by the host: nosuid,
+ * nodev). */
 static int attach_idmapped(const sbx_fs_entry *e, char *dst, sbx_err *err)
 {
 	struct stat st;
