@@ -62,7 +62,7 @@
 --       | "exit", res | false (the slice passed).  Output of a stream not
 --       wanted stays with the source (its producer blocks: backpressure);
 --       "exit" comes only once both streams are drained.  res = { term
---       ("exit", "signal", "timeout", "killed", "oom", "detached" or
+--       ("exit", "signal", "timeout", "killed", "oom", "session_expired", "detached" or
 --       "error"), returncode, signo, runtime_ms, backend?, error (the
 --       reason) or err (an sbx error table) for "error" }.
 --   src:eof(stream)     true once stream has no more output to give
