@@ -91,7 +91,7 @@ typedef struct sbx_session_opts {
 	uint64_t shm_bytes;		  /* size cap of the per-run /dev/shm; 0: default 64 MiB */
 	const char *hostname;		  /* UTS hostname; NULL: "sandbox" */
 	const char *ca_bundle; /* PEM the runs trust, at SBX_CA_BUNDLE_PATH; NULL: none */
-	uint64_t lifetime_ms;		  /* session ends by itself after this; 0: never */
+	uint64_t lifetime_ms;  /* session ends by itself after this; 0: never */
 	/* Resource ceilings (cgroup.c; need root or a delegated cgroup). */
 	uint64_t memory_bytes;	 /* memory incl. tmpfs pages, swap off; 0: none */
 	uint32_t cpu_milli;	 /* CPU time in thousandths of a CPU; 0: none */
