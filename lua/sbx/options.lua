@@ -15,6 +15,7 @@
 local errors = require "sbx.errors"
 local presets = require "sbx.presets"
 local dedent = require("sbx.dedent").dedent
+local trust = require "sbx.trust"
 
 local M = {}
 
@@ -37,13 +38,20 @@ M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
-  "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
+  "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
   -- policy's hooks see as ctx.origin / ctx.tenant (default origin "local").
   "wait", "caller",
 }
+-- Which session keys a user sees (issue 17): INTERNAL ones are host
+-- plumbing, never named in an error; SERVER ones are set by sbxd itself
+-- (a remote client giving one gets 400; sbx.server reads this list), so an
+-- unknown-option error of a remote open does not offer them.
+M.INTERNAL_KEYS = { proxy_host = true, wait = true, caller = true }
+M.SERVER_KEYS = { policy = true, work_dir = true, state_dir = true, warm_runs = true, proxy_host = true }
+
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
   "network_allowlist", "timeout_s", "pty",
@@ -104,12 +112,16 @@ end
 function M.check_keys(t, allowed, what)
   local set = {}
   for _, k in ipairs(allowed) do set[k] = true end
+  -- A session opened for sbxd's client: the options that client may give.
+  local remote = type(t.caller) == "table" and t.caller.origin == "sbxd"
   for k in pairs(t) do
     if type(k) ~= "string" then
       invalid(what, "option names are strings, got %s", describe(k))
     elseif not set[k] then
       local names = {}
-      for _, n in ipairs(allowed) do names[#names + 1] = n end
+      for _, n in ipairs(allowed) do
+        if not M.INTERNAL_KEYS[n] and not (remote and M.SERVER_KEYS[n]) then names[#names + 1] = n end
+      end
       table.sort(names)
       invalid(k, "unknown %s option (known: %s)", what, table.concat(names, ", "))
     end
@@ -267,6 +279,9 @@ function M.session(opts, pol)
   if opts.work_dir ~= nil then o.work_dir = check_host_path("work_dir", opts.work_dir) end
   if opts.state_dir ~= nil then o.state_dir = check_host_path("state_dir", opts.state_dir) end
   o.env = M.check_env("env", opts.env)
+  -- Files are read only for callers on this host (sbxd's say who they are).
+  local here = opts.caller == nil or opts.caller.origin == nil or opts.caller.origin == "local"
+  if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
   o.max_file_bytes = d.max_file_bytes
@@ -327,6 +342,11 @@ function M.session(opts, pol)
       ("gpus = %d needs the privileged backend (CUDA's cuInit fails in an unprivileged user "
         .. "namespace; %s has no device isolation)"):format(o.gpus, o.backend),
       'use backend = "privileged" (as root), or leave gpus unset'))
+  end
+  if o.ca_certs and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "ca_certs needs a filesystem of the session's own to hold the bundle; backend none has none",
+      'use backend = "userns", or leave ca_certs unset'))
   end
   if o.disk_mb and o.work_dir then
     invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")

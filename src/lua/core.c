@@ -43,13 +43,13 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 }
 
 static const char *const session_fields[] = {
-	"backend",	   "work_dir",	"state_dir",	"hostname",	 "system_ro",
-	"etc_files",	   "binds",	"seccomp_deny", "seccomp_allow", "host_uid",
-	"aux_uid",	   "tmp_bytes", "shm_bytes",	"lifetime_ms",	 "memory_bytes",
-	"cpu_milli",	   "pids_max",	"disk_bytes",	"cgroup_root",	 "nofile",
-	"fsize_bytes",	   "run_uid",	"gpus",		"gpu_dev_dir",	 "gpu_paths",
-	"gpu_shared",	   "warm_runs", "network_mode", "proxy_port",	 "open_deny",
-	"expire_grace_ms", NULL,
+	"backend",     "work_dir",	  "state_dir",	  "hostname",	   "system_ro",
+	"etc_files",   "binds",		  "seccomp_deny", "seccomp_allow", "host_uid",
+	"aux_uid",     "tmp_bytes",	  "shm_bytes",	  "lifetime_ms",   "memory_bytes",
+	"cpu_milli",   "pids_max",	  "disk_bytes",	  "cgroup_root",   "nofile",
+	"fsize_bytes", "run_uid",	  "gpus",	  "gpu_dev_dir",   "gpu_paths",
+	"gpu_shared",  "warm_runs",	  "network_mode", "proxy_port",	   "open_deny",
+	"ca_bundle",   "expire_grace_ms", NULL,
 };
 
 static const char *const bind_fields[] = {"path", "writable", NULL};
@@ -111,6 +111,7 @@ static int session_open(lua_State *L, bool start)
 	o.work_dir = lsbx_opt_string(L, 1, "work_dir");
 	o.state_dir = lsbx_opt_string(L, 1, "state_dir");
 	o.hostname = lsbx_opt_string(L, 1, "hostname");
+	o.ca_bundle = lsbx_opt_string(L, 1, "ca_bundle");
 	/* The arrays' memory is pushed on the stack and lives until we return. */
 	o.system_ro = lsbx_opt_strv(L, 1, "system_ro", false, NULL);
 	o.etc_files = lsbx_opt_strv(L, 1, "etc_files", false, NULL);
