@@ -381,6 +381,21 @@ describe_srv("through sbxd", function()
     if srv then srv:cleanup() end
   end)
 
+  it("row 3: remotely the server owns the work dir; /tmp/sandbox-work is the path on both sides", function()
+    local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
+    finally(function() s:close() end)
+    assert.is_nil(s.work_dir)
+    s:put_bytes("/tmp/sandbox-work/data.json", "[1, 2, 3, 4]")
+    assert.equal("[1, 2, 3, 4]", s:run_code([[
+      import json
+      print(json.dumps(json.loads(open("/tmp/sandbox-work/data.json").read())), end="")
+      ]]))
+    assert.equal("[1, 2, 3, 4]", s:get_bytes("/tmp/sandbox-work/data.json"))
+    local ok, e = pcall(sbx.remote.session, { endpoint = srv.url, token = srv.token.alice, work_dir = "/var/tmp" })
+    assert.is_false(ok)
+    assert.is_true(errors.is(e, "InvalidArgument"), tostring(e))
+  end)
+
   it("row 4: sbx.remote and curl dedent a python script", function()
     local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
     finally(function() s:close() end)
