@@ -123,12 +123,11 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 		if (e->kind != SBX_FS_BIND || !bound || stat(e->src, &st) != 0 ||
 		    (st.st_uid == to_uid && st.st_gid == to_gid))
 			continue;
+		/* Root of a user namespace (not the host's) cannot map ids
+		 * nor idmap: the plain bind stays. */
 		int ns = map_userns(st.st_uid, st.st_gid, to_uid, to_gid);
 		if (ns < 0)
-			return sbx_err_set(
-				err, SBX_E_EXECUTION, errno,
-				"read_write_paths %s: a user namespace for its idmap: %s", e->src,
-				strerror(errno));
+			continue;
 		int tree = tree_with(e->src, ns, err);
 		if (tree == -1 || tree == -2) {
 			close(ns);
@@ -149,29 +148,29 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 	return 0;
 }
 
-int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, sbx_err *err)
+void sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir)
 {
 	/* The zygote is another uid than the host: a work dir below a dir
 	 * only root may enter (/root, 0700) would be out of its reach by
-	 * path.  A copy of its mount the host made needs no path. */
+	 * path.  A copy of its mount the host made needs no path.  Where the
+	 * host may not make one (root of a user namespace only), the bind by
+	 * path stays. */
 	for (size_t i = 0; i < fs->n; i++) {
 		sbx_fs_entry *e = &fs->e[i];
 		if (e->kind != SBX_FS_BIND || e->src != work_dir || e->mount_fd >= 0)
 			continue;
-		e->mount_fd = (int)syscall(SYS_open_tree, AT_FDCWD, work_dir,
-					   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-		if (e->mount_fd < 0)
-			return sbx_err_set(err, SBX_E_EXECUTION, errno,
-					   "work dir %s: open_tree: %s", work_dir, strerror(errno));
+		int tree = (int)syscall(SYS_open_tree, AT_FDCWD, work_dir,
+					OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
 		struct mount_attr attr;
 		memset(&attr, 0, sizeof(attr));
 		attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-		if (syscall(SYS_mount_setattr, e->mount_fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
-			    sizeof(attr)) != 0)
-			return sbx_err_set(err, SBX_E_EXECUTION, errno, "work dir %s: nosuid: %s",
-					   work_dir, strerror(errno));
+		if (tree >= 0 && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE,
+					 &attr, sizeof(attr)) != 0) {
+			close(tree);
+			tree = -1;
+		}
+		e->mount_fd = tree;
 	}
-	return 0;
 }
 
 int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err)

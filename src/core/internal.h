@@ -157,8 +157,8 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err);
 /* As root, native backends: the work dir's entries (src == work_dir) get a
  * copy of its mount the host made (e->mount_fd), which the zygote attaches
- * without a path it might not be allowed to walk.  0, or -1 with err. */
-int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, sbx_err *err);
+ * without a path it might not be allowed to walk (where the host may). */
+void sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir);
 void sbx_idmap_close(sbx_rootfs *fs, bool all);
 /* In a bubblewrap run's workload, still root: a mount namespace of its
  * own with cfg's idmapped copies over their paths.  0, or -1 with errno. */

@@ -588,9 +588,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (s->be->own_root &&
 	    sbx_idmap_prepare(&s->fs, o, s->host_uid, s->host_gid, s->none, &idmapped, err) < 0)
 		goto fail;
-	if (s->be->own_root && !s->none && geteuid() == 0 &&
-	    sbx_idmap_work_dir(&s->fs, s->work_dir, err) < 0)
-		goto fail;
+	if (s->be->own_root && !s->none && geteuid() == 0)
+		sbx_idmap_work_dir(&s->fs, s->work_dir);
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
 	prog = sbx_seccomp_compile_setid(o->seccomp_deny, o->seccomp_allow, idmapped, err);
