@@ -66,7 +66,9 @@ static void child_command(lua_State *L, lsbx_proxy *px, int cmd_fd)
 		char c[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.c,
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = u.c,
 			    .msg_controllen = sizeof(u.c)};
 	ssize_t n = recvmsg(cmd_fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	if (n == 0)
