@@ -339,6 +339,9 @@ describe("run options", function()
     assert.are.equal("allowlist", narrowed({ "pypi.org" }, { network_mode = "allowlist" }).network_mode)
     -- No list of the session's own: the policy's (none in the default policy) is what it narrows.
     T.expect("PolicyDenied", run_opts, "x", { network_allowlist = { "pypi.org" } }, { network_mode = "allowlist" })
+    -- An open session's ceiling is the whole network: any list narrows it.
+    assert.are.same({ "evil.test" }, run_opts("x", { network_allowlist = { "evil.test" } },
+      { network_mode = "open", network_allowlist = { "pypi.org" } }).network_allowlist)
   end)
 
   it("let an on_run hook give a run its own allow-list, held to the session's as the caller's is", function()

@@ -1,6 +1,8 @@
 -- sbx.policy.narrow: a run's own allow-list, s:run(cmd, { network_allowlist = {...} }).
 --
--- A run may narrow its session's allow-list, never widen it: each entry
+-- A run may narrow its session's allow-list, never widen it (in an open
+-- session, whose ceiling is the whole network, any list narrows: admit.lua
+-- checks nothing there): each entry
 -- of the run's list must lie within one entry of the session's (its
 -- network_allowlist, else the policy's network.allowlist) -- the same
 -- name, or a name or wildcard below a session wildcard, or a CIDR inside
