@@ -12,13 +12,21 @@ local sbx = require "sbx"
 local NETNS = "readlink /proc/self/ns/net"
 local OWN = { network_allowlist = { "pypi.org" } }
 
--- Open fds of the session's proxy child (on-device: sbx-proxy).
-local function proxy_fds(s)
-  local pid = tostring(s._st.proxy):match("%((%d+)%)")
-  assert(pid, "no proxy child pid in " .. tostring(s._st.proxy))
-  local n = 0
-  for _ in H.sh("ls /proc/" .. pid .. "/fd"):gmatch("%d+") do n = n + 1 end
-  return n
+-- Inside a run: the inode of the proxy listener in its namespace.
+local LISTENER_INODE = "awk '$4 == \"0A\" { print $10 }' /proc/net/tcp"
+
+-- Whether process pid holds the socket of that inode.
+local function holds(pid, inode)
+  return H.sh("ls -l /proc/" .. pid .. "/fd"):find("socket:[" .. inode .. "]", 1, true) ~= nil
+end
+
+-- f() turns true within 5 s (the proxy takes and lets go asynchronously).
+local function eventually(f)
+  for _ = 1, 100 do
+    if f() then return true end
+    H.sh("sleep 0.05")
+  end
+  return false
 end
 
 describe("a run's own allow-list", function()
@@ -43,27 +51,22 @@ describe("a run's own allow-list", function()
     end
   end)
 
-  it("stops serving a run's listener once the run ended (the proxy child's fds)", function()
-    local base = proxy_fds(s) -- before any: the child holds no run's listener
-    -- The control: a live run's listener is held by the child.
-    local p = s:run("sleep 30", OWN)
-    local live
-    for _ = 1, 100 do -- the child takes it asynchronously
-      live = proxy_fds(s)
-      if live > base then break end
-      H.sh("sleep 0.05")
-    end
-    assert.is_true(live > base, ("%d fds while a run is live, %d before"):format(live, base))
+  it("stops serving a run's listener once the run ended (the proxy child holds it until then)", function()
+    local pid = tostring(s._st.proxy):match("%((%d+)%)")
+    local p = s:run(LISTENER_INODE .. "; sleep 30", OWN)
+    local inode = p:read("stdout", 30):match("%d+")
+    assert.is_string(inode, "no listener inode from inside the run")
+    -- The control: the probe sees the live run's listener in the child.
+    assert.is_true(eventually(function() return holds(pid, inode) end), "the child never held " .. inode)
     p:kill()
     p:wait()
+    assert.is_true(eventually(function() return not holds(pid, inode) end),
+      "the child still holds the listener of a run that ended")
+    -- And none of many runs' listeners stays.
+    local function nfds() return select(2, H.sh("ls /proc/" .. pid .. "/fd"):gsub("%d+", "")) end
+    local before = nfds()
     for _ = 1, 10 do s:exec("true", OWN) end
-    local after
-    for _ = 1, 100 do
-      after = proxy_fds(s)
-      if after <= base then break end
-      H.sh("sleep 0.05")
-    end
-    assert.is_true(after <= base, ("%d fds after 11 runs ended, %d before any"):format(after, base))
+    assert.is_true(eventually(function() return nfds() <= before end))
   end)
 
   it("is refused by the core where it cannot hold", function()
@@ -83,5 +86,32 @@ describe("a run's own allow-list", function()
     b2:close()
     assert.is_false(ok)
     assert.are.equal("PolicyDenied", e.kind)
+  end)
+
+  it("through sbxd too, whose proxy lets the run's listener go when the run ends", function()
+    local SH = dofile(H.ROOT .. "/tests/server/harness.lua")
+    local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+    local ok, err = pcall(function()
+      local r = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
+        network_mode = "allowlist", network_allowlist = { "pypi.org" } }
+      local shared = r:exec(NETNS, { network_mode = "allowlist" }).stdout
+      local own = r:exec(NETNS, OWN)
+      assert.matches("^net:%[%d+%]", own.stdout, nil, own.stderr)
+      assert.are_not.equal(shared, own.stdout)
+      local p = r:run(LISTENER_INODE .. "; sleep 30", OWN)
+      local inode = p:read("stdout", 30):match("%d+")
+      assert.is_string(inode, "no listener inode from inside the run")
+      assert.is_true(eventually(function() return holds(srv.pid, inode) end), "sbxd never held " .. inode)
+      p:kill()
+      p:wait()
+      assert.is_true(eventually(function() return not holds(srv.pid, inode) end),
+        "sbxd still holds the listener of a run that ended")
+      local ok2, e = pcall(r.exec, r, "true", { network_allowlist = { "evil.test" } })
+      assert.is_false(ok2)
+      assert.are.equal("PolicyDenied", e.kind)
+      r:close()
+    end)
+    srv:stop()
+    assert(ok, err)
   end)
 end)
