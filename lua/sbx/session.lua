@@ -295,9 +295,9 @@ function start_proxy(c, st, host)
   -- proxy knows no list for refuses.
   local run_ctx = {}
   local decide = function(q)
-    local c = q.tag == st.id and ctx or run_ctx[q.tag]
-    if not c then return { allow = false, reason = "no allow-list for this run" } end
-    return engine:proxy_verdict(q, c, gen)
+    local qctx = q.tag == st.id and ctx or run_ctx[q.tag]
+    if not qctx then return { allow = false, reason = "no allow-list for this run" } end
+    return engine:proxy_verdict(q, qctx, gen)
   end
   local runs, n = {}, 0 -- tags served now
   local function run_tag()

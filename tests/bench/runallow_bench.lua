@@ -41,7 +41,9 @@ end
 
 local LIST = { "pypi.org", "*.pythonhosted.org" }
 local NARROW = { network_allowlist = { "pypi.org" } }
-local function session() return sbx.session { backend = "userns", network_mode = "allowlist", network_allowlist = LIST } end
+local function session()
+  return sbx.session { backend = "userns", network_mode = "allowlist", network_allowlist = LIST }
+end
 
 print(("== a run's own allow-list (exec(/bin/true), %d runs each, one allowlist session)"):format(n))
 local s = session()

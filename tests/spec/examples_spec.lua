@@ -60,7 +60,8 @@ describe("examples", function()
     has(out, "no_curl")
   end)
 
-  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked -> own list", function()
+  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked -> own list",
+      function()
     -- In a fake internet (tests/net) whose DNS puts pypi.org and
     -- example.com on a test server; the host side runs in its namespace.
     local F = require "net.fakenet"

@@ -350,7 +350,9 @@ s:close()
       return open_session .. [[
 s:put_bytes("ca.pem", io.open(CA):read("*a"))
 local C = "curl -sS --max-time 30 "
-local function wait_for(f) return "i=0; while [ ! -e " .. f .. " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; " end
+local function wait_for(f)
+  return "i=0; while [ ! -e " .. f .. " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; "
+end
 local PY = [=[python3 -c '
 import socket, sys
 try:
@@ -432,7 +434,8 @@ s:close()
 
     it("keeps a narrowed run to its list while a wide run of the session goes on", function()
       local res, o = run(script([[
-local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org", "far.test" } }
+local s = sbx.session{ backend = "userns", network_mode = "allowlist",
+  network_allowlist = { "pypi.org", "far.test" } }
 ]]))
       check(res, o)
     end)
