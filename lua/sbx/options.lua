@@ -424,7 +424,7 @@ end
 
 -- run(cmd, opts, sess, extra_keys) -> normalized run options:
 --   { argv, env ("K=V" array), cwd, stdin, stdout, stderr, stdin_data,
---     timeout_s, timeout_ms, network_mode, script_type }
+--     timeout_s, timeout_ms, network_mode, network_allowlist, script_type }
 -- The policy's run ceilings and a run's network mode against its
 -- session's are the engine's (Engine:admit_run).
 -- sess = { policy =, network_mode = (the ceiling), env = (session env) }.
@@ -507,11 +507,18 @@ function M.run(cmd, opts, sess, extra_keys)
     end
   end
   if opts.network_allowlist ~= nil then
-    -- The proxy cannot tell one run's connections from another's (they
-    -- share the session's allowlist namespace), so a per-run list would
-    -- be a promise it could not keep.
-    invalid("network_allowlist", "is a session option: a run uses its session's allow-list "
-      .. "(open another session for another list)")
+    -- A run's own list (narrower than the session's: sbx.policy.narrow)
+    -- puts it in a network namespace of its own, in allowlist mode.
+    o.network_allowlist = check_entries("network_allowlist",
+      check_list("network_allowlist", opts.network_allowlist))
+    if #o.network_allowlist == 0 then
+      invalid("network_allowlist", "an empty list: use network_mode = \"blocked\" for no network")
+    end
+    if opts.network_mode == nil then
+      o.network_mode = "allowlist"
+    elseif o.network_mode ~= "allowlist" then
+      invalid("network_allowlist", "only with network_mode = \"allowlist\", not %q", o.network_mode)
+    end
   end
   if o.network_mode == "allowlist" then o.env = M.with_proxy_env(o.env, sess.proxy_port) end
 

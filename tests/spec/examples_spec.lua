@@ -60,7 +60,8 @@ describe("examples", function()
     has(out, "no_curl")
   end)
 
-  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked", function()
+  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked -> own list",
+      function()
     -- In a fake internet (tests/net) whose DNS puts pypi.org and
     -- example.com on a test server; the host side runs in its namespace.
     local F = require "net.fakenet"
@@ -69,7 +70,8 @@ describe("examples", function()
     local net = F.up(F.unique("sbxex"))
     local out, rc
     local done, err = pcall(function()
-      net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2" }
+      net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2",
+        ["files.pythonhosted.org"] = "198.51.100.2" }
       out, rc = sh(("ip netns exec %s env SBX_EXAMPLE_CA=%s %s examples/networking.lua"):format(
         H.q(net.host_ns), H.q(net:ca_file()), H.q(H.SBXLUA)))
     end)
@@ -85,6 +87,9 @@ describe("examples", function()
     has(out, "allowlist: tcp blocked: OSError Network is unreachable\n")
     has(out, "blocked again: tcp blocked: OSError Network is unreachable\n")
     has(out, "open:\tPolicyDenied\n")
+    has(out, "own list: files.pythonhosted.org -> HTTP 404\n")
+    has(out, "own list: pypi.org -> refused by the proxy (403)\n")
+    has(out, "own list: example.com:\tPolicyDenied\n")
     for _, q in ipairs(queries) do assert.are_not.equal("example.com", q) end
   end)
 
