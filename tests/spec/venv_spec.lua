@@ -21,15 +21,25 @@ local function ok_exec(s, cmd, opts)
 end
 
 describe("the session venv", function()
-  local dir, wheel
+  -- opvenv: an operator's venv outside /tmp (binds in /tmp are refused)
+  -- holding the package, for python_venv.
+  local dir, wheel, opvenv
 
   setup(function()
     dir = H.mktemp_dir("venv")
     local out, rc = H.sh(("/usr/bin/python3 %s wheel %s %s %s"):format(H.q(F.FAKEINDEX), H.q(dir), PKG, VER), true)
     assert(rc == 0, out)
     wheel = assert(H.read_file(dir .. "/" .. WHEEL))
+    opvenv = H.sh("mktemp -d /var/tmp/sbx-opvenv.XXXXXX"):match("(%S+)")
+    out, rc = H.sh(("chmod 755 %s && /usr/bin/python3 -m venv --without-pip %s && /usr/bin/python3 -m zipfile -e %s "
+      .. "%s/lib/python3.*/site-packages/ 2>&1"):format(H.q(opvenv), H.q(opvenv), H.q(dir .. "/" .. WHEEL),
+      H.q(opvenv)), true)
+    assert(rc == 0, out)
   end)
-  teardown(function() H.rmtree(dir) end)
+  teardown(function()
+    H.rmtree(dir)
+    if opvenv and opvenv:match("^/var/tmp/sbx%-opvenv%.") then H.sh("rm -rf " .. H.q(opvenv)) end
+  end)
 
   it("python, python3 and pip are the venv's, in shell runs and script_type python", function()
     local s = H.session()
@@ -111,19 +121,6 @@ describe("the session venv", function()
   end)
 
   describe("python_venv", function()
-    -- An operator's venv outside /tmp (binds in /tmp are refused) holding a package.
-    local opvenv
-    setup(function()
-      opvenv = H.sh("mktemp -d /var/tmp/sbx-opvenv.XXXXXX"):match("(%S+)")
-      local out, rc = H.sh(("chmod 755 %s && /usr/bin/python3 -m venv --without-pip %s && /usr/bin/python3 -m zipfile -e %s "
-        .. "%s/lib/python3.*/site-packages/ 2>&1"):format(H.q(opvenv), H.q(opvenv), H.q(dir .. "/" .. WHEEL),
-        H.q(opvenv)), true)
-      assert(rc == 0, out)
-    end)
-    teardown(function()
-      if opvenv and opvenv:match("^/var/tmp/sbx%-opvenv%.") then H.sh("rm -rf " .. H.q(opvenv)) end
-    end)
-
     it("is bound read-only at its path and bridged into the session venv", function()
       local s = H.session { python_venv = opvenv }
       finally(function() s:close() end)
@@ -167,7 +164,7 @@ describe("the session venv", function()
     end)
     teardown(function() if srv then srv:cleanup() end end)
 
-    it("pip install persists across runs; venv = false and bad values over the API", function()
+    it("pip install persists across runs; venv = false, python_venv and bad values over the API", function()
       if not srv then pending("needs sbxd next to sbxlua and curl") return end
       local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, backend = "userns" }
       finally(function() s:close() end)
@@ -177,6 +174,10 @@ describe("the session venv", function()
       local off = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, venv = false }
       finally(function() off:close() end)
       assert.are.equal("/usr\n", off:run_code("import sys; print(sys.prefix)"))
+      local op = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, python_venv = opvenv }
+      finally(function() op:close() end)
+      local where = op:run_code(("import %s; print(%s.__file__)"):format(PKG, PKG))
+      assert.truthy(where:find(opvenv .. "/lib/", 1, true) == 1, where)
       local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
         "-d", '{"venv":"yes"}')
       assert.are.equal(400, status, body)
