@@ -5,6 +5,8 @@
 -- comments promise.  The remote examples (examples/remote/) run against a
 -- real sbxd started by tests/server/harness.lua, with the endpoint and token
 -- passed the way their comments document (SBX_ENDPOINT/SBX_TOKEN_FILE, SBX_URL/T).
+-- install_and_compute.lua and npm_install.lua need a package index: they run
+-- in headline_spec.lua, against a local one, on-device and through sbxd.
 
 local H = require "spec.sec_helpers"
 
