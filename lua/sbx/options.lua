@@ -45,6 +45,13 @@ M.SESSION_KEYS = {
   -- policy's hooks see as ctx.origin / ctx.tenant (default origin "local").
   "wait", "caller",
 }
+-- Which session keys a user sees (issue 17): INTERNAL ones are host
+-- plumbing, never named in an error; SERVER ones are set by sbxd itself
+-- (a remote client giving one gets 400; sbx.server reads this list), so an
+-- unknown-option error of a remote open does not offer them.
+M.INTERNAL_KEYS = { proxy_host = true, wait = true, caller = true }
+M.SERVER_KEYS = { policy = true, work_dir = true, state_dir = true, warm_runs = true, proxy_host = true }
+
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
   "network_allowlist", "timeout_s", "pty",
@@ -105,12 +112,16 @@ end
 function M.check_keys(t, allowed, what)
   local set = {}
   for _, k in ipairs(allowed) do set[k] = true end
+  -- A session opened for sbxd's client: the options that client may give.
+  local remote = type(t.caller) == "table" and t.caller.origin == "sbxd"
   for k in pairs(t) do
     if type(k) ~= "string" then
       invalid(what, "option names are strings, got %s", describe(k))
     elseif not set[k] then
       local names = {}
-      for _, n in ipairs(allowed) do names[#names + 1] = n end
+      for _, n in ipairs(allowed) do
+        if not M.INTERNAL_KEYS[n] and not (remote and M.SERVER_KEYS[n]) then names[#names + 1] = n end
+      end
       table.sort(names)
       invalid(k, "unknown %s option (known: %s)", what, table.concat(names, ", "))
     end

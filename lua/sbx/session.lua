@@ -247,6 +247,14 @@ function M.open(opts)
   end
   if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
   if (o.gpus or 0) > 0 then o.env = gpu_env(cs, o.env) end
+  -- Backend none runs on the host, where /tmp/sandbox-work does not exist:
+  -- HOME is the work dir there (issue 17), unless the policy or caller set one.
+  if o.backend == "none" and not (o.env and o.env.HOME) and not pol.defaults.env.HOME then
+    local env = {}
+    for k, v in pairs(o.env or {}) do env[k] = v end
+    env.HOME = cs:work_dir()
+    o.env = env
+  end
   local id = random_hex(16)
   local st = {
     core = cs,
@@ -303,9 +311,22 @@ function start_proxy(c, st, host)
     st.proxy = { close = function() host:remove(st.id) end }
     return
   end
+  -- In the forked child (issue 17): one line per refusal, the proxy's own
+  -- (it carries the policy's reason), not the policy's "denied:" too; and
+  -- to M.proxy_log when the host set one (the REPL: a file it reports from
+  -- after each run, instead of lines landing in its prompt).
   local child, k2, m2 = c.proxy_spawn(fd, st.id, {
-    decide = decide,
-    log = function(line) gen.emit("proxy: " .. line) end,
+    decide = function(q)
+      local emit = gen.emit
+      gen.emit = function(msg) if not msg:match("^denied: ") then emit(msg) end end
+      local ok, v = pcall(decide, q)
+      gen.emit = emit
+      if not ok then error(v, 0) end
+      return v
+    end,
+    log = function(line)
+      if M.proxy_log then M.proxy_log(line) else gen.emit("proxy: " .. line) end
+    end,
   })
   if not child then errors.raise(errors.from_core(k2, m2, { backend = st.backend })) end
   st.proxy = child

@@ -122,6 +122,8 @@ void sbx_srv_log_lua_error(lua_State *L, const char *where);
 /* lsbx_pcall for calls whose error is only logged: on failure the error is
  * logged (above) and popped.  Returns lua_pcall's status. */
 int sbx_srv_pcall(lua_State *L, int narg, int nres, const char *where);
+/* Lua: log(level, text), one sbx_srv_log line (sbx.server's events). */
+int sbx_srv_l_log(lua_State *L);
 
 /* ---- auth.c ---- */
 /* Load "TOKEN TENANT" lines; returns 0 or -1 with err filled. */

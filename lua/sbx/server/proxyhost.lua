@@ -55,7 +55,7 @@ function M.new(cfg, ensure_loaded)
   -- verdict per question, in order.  A question whose decide fails is
   -- refused on its own, the others still get theirs.
   local function proxy_batch(queries, logs)
-    for _, line in ipairs(logs) do io.stderr:write("ts=- level=info event=proxy ", line, "\n") end
+    for _, line in ipairs(logs) do cfg.log("info", "event=proxy " .. line) end
     local verdicts = {}
     for i, q in ipairs(queries) do
       local ok, v = pcall(proxy_decide, q)
