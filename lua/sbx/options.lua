@@ -379,6 +379,13 @@ function M.session(opts, pol)
     and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil
     and check_bind_paths("read_write_paths", opts.read_write_paths) or {}
+  -- python_venv is a read-only bind too (the policy judges it as one:
+  -- sbx.venv.request in Engine:session_open), whoever set it.
+  if o.python_venv then
+    local have = false
+    for _, p in ipairs(o.read_only_paths) do have = have or p == o.python_venv end
+    if not have then o.read_only_paths[#o.read_only_paths + 1] = o.python_venv end
+  end
   local ro = {}
   for _, p in ipairs(o.read_only_paths) do ro[p] = true end
   for _, p in ipairs(o.read_write_paths) do

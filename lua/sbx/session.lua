@@ -192,8 +192,6 @@ function M.open(opts)
   -- opts.policy: a path, or a shared (reloadable) policy engine.
   local pol = policy.engine_for(opts.policy)
   local c = core()
-  -- python_venv is a read-only bind: the policy judges it as one.
-  opts = venv.request(opts)
   local o, gen = pol:admit_session(opts, {
     realpath = c and function(p) return (c.realpath(p)) end,
     extra_forbidden = default_state_dirs(),

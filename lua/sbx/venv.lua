@@ -18,8 +18,9 @@
 -- apply inside a venv) or, without one, `uv pip` or ensurepip.
 --
 -- python_venv (an operator's venv, e.g. one holding torch) is bound
--- read-only at its own path (request() adds it to read_only_paths, so the
--- policy's filesystem rules judge it like any bind), its bin joins PATH
+-- read-only at its own path (sbx.options adds it to read_only_paths, and
+-- Engine:session_open judges it as one with request(), whether the caller
+-- or a policy hook set it), its bin joins PATH
 -- after the session venv's, and its site-packages is bridged into the
 -- session venv with a .pth file.
 local M = {}

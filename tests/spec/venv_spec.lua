@@ -134,6 +134,21 @@ describe("the session venv", function()
       assert.truthy(ok_exec(s, "pip --version").stdout:find("python 3", 1, true))
     end)
 
+    it("may come from the policy's on_session_open, judged as a read-only bind all the same", function()
+      local function policy(pv)
+        local path = dir .. "/pv_policy.lua"
+        H.write_file(path, ("return { name = 'pv', on_session_open = function(req) "
+          .. "req.python_venv = %q; return req end }\n"):format(pv))
+        return path
+      end
+      local s = H.session { policy = policy(opvenv) }
+      finally(function() s:close() end)
+      local where = s:run_code(("import %s; print(%s.__file__)"):format(PKG, PKG))
+      assert.truthy(where:find(opvenv .. "/lib/", 1, true) == 1, where)
+      local err = H.raised(H.session, { policy = policy("/etc/python3") })
+      assert.are.equal("PolicyDenied", H.errkind(err))
+    end)
+
     it("control: without it the package is not there", function()
       local s = H.session()
       finally(function() s:close() end)
