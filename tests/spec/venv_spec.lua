@@ -111,6 +111,18 @@ describe("the session venv", function()
     assert.are.equal(VENV .. " 0\n", bo, be)
   end)
 
+  it("names a need by the words of the command (sbx.venv.needs)", function()
+    local venv = require "sbx.venv"
+    for _, yes in ipairs { "python -V", "python3 -c pass", "/usr/bin/python3.11 x", "pip install x",
+      "pip3 list", "uv pip install x", "cd d && uvx ruff", "./tool.py", "sh -c 'exec python'" } do
+      assert.is_true(venv.needs { "/bin/sh", "-c", yes }, yes)
+    end
+    for _, no in ipairs { "echo hi", "ls pipe", "cat pythonic.txt", "sh run.sh", "grep -r pyx .", "my_python_tool" } do
+      assert.is_false(venv.needs { "/bin/sh", "-c", no }, no)
+    end
+    assert.is_true(venv.needs { "python3", "-c", "print(1)" })
+  end)
+
   it("lives in a pinned work dir on the host", function()
     local work = dir .. "/work"
     assert(H.sh("mkdir -p " .. H.q(work)) ~= nil)
