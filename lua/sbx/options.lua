@@ -38,6 +38,7 @@ M.SESSION_KEYS = {
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
   "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
+  "venv", "python_venv", -- the session venv (sbx.venv)
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -279,6 +280,20 @@ function M.session(opts, pol)
   if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
+  -- The session venv (sbx.venv): on unless turned off; backend none has no
+  -- work dir at /tmp/sandbox-work to keep it in.
+  o.venv = o.backend ~= "none"
+  if opts.venv ~= nil then o.venv = check_type("venv", opts.venv, "boolean") end
+  if opts.python_venv ~= nil then
+    o.python_venv = check_host_path("python_venv", opts.python_venv)
+    if o.python_venv == "/" or o.python_venv == "/tmp" or M.is_under(o.python_venv, "/tmp") then
+      invalid("python_venv", "%q: a venv outside /tmp expected (it is bound read-only at its own path)",
+        o.python_venv)
+    end
+    if not o.venv then
+      invalid("python_venv", "is bridged into the session venv, and venv = false turns that off")
+    end
+  end
   o.max_file_bytes = d.max_file_bytes
   if opts.max_file_bytes ~= nil then
     o.max_file_bytes = check_integer("max_file_bytes", opts.max_file_bytes, 1)
@@ -343,6 +358,11 @@ function M.session(opts, pol)
       "ca_certs needs a filesystem of the session's own to hold the bundle; backend none has none",
       'use backend = "userns", or leave ca_certs unset'))
   end
+  if o.venv and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "the session venv lives at /tmp/sandbox-work/.venv, which backend none does not have",
+      "leave venv unset (backend none has none), or use backend = \"userns\""))
+  end
   if o.disk_mb and o.work_dir then
     invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")
   end
@@ -359,6 +379,13 @@ function M.session(opts, pol)
     and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil
     and check_bind_paths("read_write_paths", opts.read_write_paths) or {}
+  -- python_venv is a read-only bind too (the policy judges it as one:
+  -- sbx.venv.request in Engine:session_open), whoever set it.
+  if o.python_venv then
+    local have = false
+    for _, p in ipairs(o.read_only_paths) do have = have or p == o.python_venv end
+    if not have then o.read_only_paths[#o.read_only_paths + 1] = o.python_venv end
+  end
   local ro = {}
   for _, p in ipairs(o.read_only_paths) do ro[p] = true end
   for _, p in ipairs(o.read_write_paths) do

@@ -64,6 +64,7 @@ local options = require "sbx.options"
 local policy = require "sbx.policy"
 local process = require "sbx.process"
 local trust = require "sbx.trust"
+local venv = require "sbx.venv"
 
 local M = {}
 
@@ -239,6 +240,7 @@ function M.open(opts)
     ca_bundle = trust.bundle(o.ca_certs),
   }
   if copts.ca_bundle then o.env = trust.env(o.env) end
+  if o.venv then o.env = venv.env(o, gen.defaults.env and gen.defaults.env.PATH or options.DEFAULT_ENV.PATH) end
   local cs, kind, msg
   if opts.wait then
     cs, kind, msg = open_waiting(c, copts, opts.wait)
@@ -273,6 +275,7 @@ function M.open(opts)
     max_file_bytes = o.max_file_bytes,
     timeout_s = o.timeout_s,
     caller = opts.caller, -- { origin, tenant }: what hooks see (sbx.policy caller_ctx)
+    venv = o.venv and { python_venv = o.python_venv, ready = false } or nil, -- sbx.venv
     closed = false,
   }
   -- An open session's runs may narrow to allowlist: it has a proxy too.
@@ -450,7 +453,7 @@ end
 local function core_run(st, o)
   local own = o.network_allowlist ~= nil
   local r, kind, msg = st.core:run {
-    argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
+    argv = venv.argv(st, o.argv), env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
     stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
     network_mode = o.network_mode, stdin_live = o.stdin_live, pty_rows = o.pty_rows,
     pty_cols = o.pty_cols, own_netns = own or nil,

@@ -5,6 +5,8 @@
 -- comments promise.  The remote examples (examples/remote/) run against a
 -- real sbxd started by tests/server/harness.lua, with the endpoint and token
 -- passed the way their comments document (SBX_ENDPOINT/SBX_TOKEN_FILE, SBX_URL/T).
+-- install_and_compute.lua and npm_install.lua need a package index: they run
+-- in headline_spec.lua, against a local one, on-device and through sbxd.
 
 local H = require "spec.sec_helpers"
 
@@ -34,14 +36,13 @@ describe("examples", function()
     assert.is_truthy(out:find("round trip:\tdone\n", 1, true), out)
   end)
 
-  it("agent_loop.lua stages inputs, reads failures as data, fixes, collects results", function()
+  it("agent_loop.lua stages inputs, its driver iterates on failures as data, answer.json comes back", function()
     local out, rc = run("examples/agent_loop.lua")
     assert.are.equal(0, rc, out)
     has(out, "attempt 1: exit 1\n  error: ValueError: invalid literal for int() with base 10: 'units'\n")
-    has(out, "attempt 2: exit 1\n  error: FileNotFoundError:")
+    has(out, "attempt 2: exit 1\n  error: NameError: name 'statistics' is not defined\n")
     has(out, "attempt 3: exit 0\nstdout: regions: 2\n")
-    has(out, 'output/totals.json: {"north": 12.5, "south": 6.0}\n')
-    has(out, "files: input/sales.csv output/totals.json \n")
+    has(out, 'answer.json: {"mean_units": 4, "totals": {"north": 17.5, "south": 6.0}}\n')
   end)
 
   it("custom_policy.lua: the policy logs the open, allows a run, denies curl", function()
