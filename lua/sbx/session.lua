@@ -357,7 +357,7 @@ function start_proxy(c, st, host)
   local child, k2, m2 = c.proxy_spawn(fd, st.id, {
     decide = function(q)
       local emit = gen.emit
-      gen.emit = function(msg) if not msg:match("^denied: ") then emit(msg) end end
+      gen.emit = function(line) if not line:match("^denied: ") then emit(line) end end
       local ok, v = pcall(decide, q)
       gen.emit = emit
       if not ok then error(v, 0) end
