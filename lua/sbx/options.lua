@@ -39,6 +39,7 @@ M.SESSION_KEYS = {
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
   "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
+  "venv", "python_venv", -- the session venv (sbx.venv)
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -284,6 +285,20 @@ function M.session(opts, pol)
   if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
+  -- The session venv (sbx.venv): on unless turned off; backend none has no
+  -- work dir at /tmp/sandbox-work to keep it in.
+  o.venv = o.backend ~= "none"
+  if opts.venv ~= nil then o.venv = check_type("venv", opts.venv, "boolean") end
+  if opts.python_venv ~= nil then
+    o.python_venv = check_host_path("python_venv", opts.python_venv)
+    if o.python_venv == "/" or o.python_venv == "/tmp" or M.is_under(o.python_venv, "/tmp") then
+      invalid("python_venv", "%q: a venv outside /tmp expected (it is bound read-only at its own path)",
+        o.python_venv)
+    end
+    if not o.venv then
+      invalid("python_venv", "is bridged into the session venv, and venv = false turns that off")
+    end
+  end
   o.max_file_bytes = d.max_file_bytes
   if opts.max_file_bytes ~= nil then
     o.max_file_bytes = check_integer("max_file_bytes", opts.max_file_bytes, 1)
@@ -348,6 +363,11 @@ function M.session(opts, pol)
       "ca_certs needs a filesystem of the session's own to hold the bundle; backend none has none",
       'use backend = "userns", or leave ca_certs unset'))
   end
+  if o.venv and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "the session venv lives at /tmp/sandbox-work/.venv, which backend none does not have",
+      "leave venv unset (backend none has none), or use backend = \"userns\""))
+  end
   if o.disk_mb and o.work_dir then
     invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")
   end
@@ -373,6 +393,13 @@ function M.session(opts, pol)
     and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil
     and check_bind_paths("read_write_paths", opts.read_write_paths) or {}
+  -- python_venv is a read-only bind too (the policy judges it as one:
+  -- sbx.venv.request in Engine:session_open), whoever set it.
+  if o.python_venv then
+    local have = false
+    for _, p in ipairs(o.read_only_paths) do have = have or p == o.python_venv end
+    if not have then o.read_only_paths[#o.read_only_paths + 1] = o.python_venv end
+  end
   local ro = {}
   for _, p in ipairs(o.read_only_paths) do ro[p] = true end
   for _, p in ipairs(o.read_write_paths) do
@@ -438,7 +465,7 @@ end
 
 -- run(cmd, opts, sess, extra_keys) -> normalized run options:
 --   { argv, env ("K=V" array), cwd, stdin, stdout, stderr, stdin_data,
---     timeout_s, timeout_ms, network_mode, script_type }
+--     timeout_s, timeout_ms, network_mode, network_allowlist, script_type }
 -- The policy's run ceilings and a run's network mode against its
 -- session's are the engine's (Engine:admit_run).
 -- sess = { policy =, network_mode = (the ceiling), env = (session env) }.
@@ -523,11 +550,18 @@ function M.run(cmd, opts, sess, extra_keys)
     end
   end
   if opts.network_allowlist ~= nil then
-    -- The proxy cannot tell one run's connections from another's (they
-    -- share the session's allowlist namespace), so a per-run list would
-    -- be a promise it could not keep.
-    invalid("network_allowlist", "is a session option: a run uses its session's allow-list "
-      .. "(open another session for another list)")
+    -- A run's own list (narrower than the session's: sbx.policy.narrow)
+    -- puts it in a network namespace of its own, in allowlist mode.
+    o.network_allowlist = check_entries("network_allowlist",
+      check_list("network_allowlist", opts.network_allowlist))
+    if #o.network_allowlist == 0 then
+      invalid("network_allowlist", "an empty list: use network_mode = \"blocked\" for no network")
+    end
+    if opts.network_mode == nil then
+      o.network_mode = "allowlist"
+    elseif o.network_mode ~= "allowlist" then
+      invalid("network_allowlist", "only with network_mode = \"allowlist\", not %q", o.network_mode)
+    end
   end
   if o.network_mode == "allowlist" then o.env = M.with_proxy_env(o.env, sess.proxy_port) end
 

@@ -310,7 +310,8 @@ function Shell:set_net(rest)
   local ok, e = pcall(s.exec, s, "true", { network_mode = mode, network_allowlist = hosts })
   if not ok then
     local hint = mode == "allowlist" and not hosts and not (type(e) == "table" and e.rule == "session.network_mode")
-    error(("%s (:net %s refused%s)"):format(errtext(e), rest, hint and "; name the hosts: :net allowlist HOST..." or ""), 0)
+    local more = hint and "; name the hosts: :net allowlist HOST..." or ""
+    error(("%s (:net %s refused%s)"):format(errtext(e), rest, more), 0)
   end
   self.net, self.allowlist = mode, hosts
   io.stdout:write(("network_mode %s%s for the next runs\n"):format(mode,

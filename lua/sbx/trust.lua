@@ -19,6 +19,9 @@ M.MAX_PEM_BYTES = 65536 -- one entry's text
 M.ENV_NAMES = {
   "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT", "NODE_EXTRA_CA_CERTS",
   "GIT_SSL_CAINFO",
+  -- npm's cafile replaces node's trust when a global npmrc sets one (some
+  -- images point it at the system bundle): the environment's wins.
+  "NPM_CONFIG_CAFILE",
 }
 
 local BEGIN, END = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"

@@ -147,6 +147,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
 		cfg.bwrap_data_fd[i] = -1;
 	cfg.warm_mode = o->network_mode;
+	cfg.proxy_port = o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT;
 	cfg.ctl_fd = ctl_fd;
 	cfg.oom_fd = oom_fd;
 	/* The host made us immune where it could (CAP_SYS_RESOURCE). */

@@ -55,7 +55,12 @@ struct sbx_proto_offer {
 };
 
 /* Host -> zygote, for each offer taken (or turned down): start the next
- * warm init, in the network namespace of this mode. */
+ * warm init, in the network namespace of this mode.  SBX_NET_OWN (asked
+ * for outside that count, by session_ownnet.c) is an init in a network
+ * namespace of its own, made for it, with a proxy listener inside: before
+ * the init exists the zygote queues on its request socket one message
+ * "L" carrying that listener, which the host reads first. */
+#define SBX_NET_OWN ((uint32_t)SBX_NET_NMODES)
 struct sbx_proto_want {
 	uint32_t magic;
 	uint32_t mode; /* sbx_net */
@@ -205,6 +210,7 @@ struct sbx_zygote_cfg {
 	size_t n_idmap;
 	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
 	sbx_net warm_mode;	      /* the mode of the first warm inits */
+	uint16_t proxy_port;	      /* where SBX_NET_OWN namespaces listen */
 };
 
 /* ---- network namespaces (netns.c) ---- */
@@ -217,6 +223,10 @@ int sbx_netns_lo_up(sbx_err *err);
  * 127.0.0.1:port inside it).  We end in the blocked one.  -1 with err. */
 int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, uint16_t port,
 		      sbx_err *err);
+/* In the zygote: a new network namespace with lo up and *listener on
+ * 127.0.0.1:port, for one run with an allow-list of its own; we are left
+ * in it (the caller clones the init there, then steps back).  -1 with err. */
+int sbx_netns_own(uint16_t port, int *listener, sbx_err *err);
 
 /* Inodes a size-capped tmpfs of ours may hold: one per 4 KiB of its size,
  * at least 4096.  Without a cap the kernel allows one per page of RAM / 2,
@@ -463,6 +473,12 @@ const char *sbx_session_oom_path(const sbx_session *s);
  * was placed, take another). */
 int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 			  sbx_err *err);
+/* The same for a run with an allow-list of its own (session_ownnet.c): an
+ * init in a network namespace made for it, *listener the proxy listener
+ * inside (the caller's).  Needs a session of network_mode allowlist or
+ * open (else InvalidArgument). */
+int sbx_session_take_own(sbx_session *s, int *sock, int *pidfd, sbx_run_cgroup *rc, int *listener,
+			 sbx_err *err);
 /* Backends none and bubblewrap: the host forks each run's init, which has
  * no PID namespace of its own (SBX_SIG_KILL_RUN). */
 bool sbx_session_direct(const sbx_session *s);

@@ -41,6 +41,7 @@ struct sbx_run {
 	int out_fd, err_fd, in_fd, status_fd, pidfd;
 	int sock;     /* the init's request socket, kept to give it back */
 	int reuse_fd; /* the session's inbox for given-back inits, or -1 */
+	int listener; /* own_netns: its namespace's proxy listener until taken, or -1 */
 	sbx_net mode;
 	bool direct;	 /* backend none/bubblewrap: SIGKILL goes as SBX_SIG_KILL_RUN */
 	char *stdin_buf; /* bytes still to feed, owned */
@@ -70,8 +71,11 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* (NULL: nothing to close) */
 static void close_fd(int *fd)
 {
+	if (!fd)
+		return;
 	if (*fd >= 0)
 		close(*fd);
 	*fd = -1;
@@ -160,7 +164,7 @@ static int ready_limited(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *cg
  * took it (its socket refuses) is replaced once. */
 static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
 			const char *payload, const int fds[4], int *pidfd, int *keep_sock,
-			sbx_run_cgroup *cg, sbx_err *err)
+			sbx_run_cgroup *cg, int *listener, sbx_err *err)
 {
 	/* At a memory ceiling the OOM killer may have taken an idle init or
 	 * workload (tmpfs pages belong to no process, so its choice among
@@ -168,7 +172,9 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	bool limited = sbx_session_oom_path(s) != NULL;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
-		if (sbx_session_take_warm(s, mode, &sock, pidfd, cg, err) < 0) {
+		close_fd(listener); /* an earlier attempt's */
+		if ((listener ? sbx_session_take_own(s, &sock, pidfd, cg, listener, err)
+			      : sbx_session_take_warm(s, mode, &sock, pidfd, cg, err)) < 0) {
 			if (limited && errno == ESRCH)
 				continue;
 			return -1;
@@ -179,6 +185,7 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 			close_fd(pidfd);
 			sbx_cgroup_run_kill(cg);
 			sbx_cgroup_run_remove(cg);
+			close_fd(listener);
 			if (not_ready < 0)
 				return -1;
 			continue;
@@ -195,6 +202,7 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 		sbx_cgroup_run_kill(cg);
 		sbx_cgroup_run_remove(cg);
 		close_fd(pidfd);
+		close_fd(listener);
 		if (saved != EPIPE && saved != ECONNREFUSED && saved != ECONNRESET)
 			return sbx_err_set(err, SBX_E_EXECUTION, saved, "send run request: %s",
 					   strerror(saved));
@@ -262,6 +270,11 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "pty: rows and cols must both be set"),
 		       NULL;
+	if (o->own_netns && o->network_mode != SBX_NET_ALLOWLIST)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "own_netns: only with network_mode allowlist, not %s",
+				   sbx_net_name(o->network_mode)),
+		       NULL;
 	/* Fail closed: without a mount namespace per run the terminal would
 	 * come from the host's devpts. */
 	if (o->pty_rows && sbx_session_direct(s))
@@ -275,6 +288,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	if (!r)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = r->sock = r->reuse_fd = -1;
+	r->listener = -1;
 	r->mode = o->network_mode;
 	r->direct = sbx_session_direct(s);
 	r->expire_at_ms = sbx_session_expire_at_ms(s);
@@ -323,14 +337,16 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	}
 	/* A copy of the session's inbox, not a pointer: the session may be
 	 * closed before the run ends (the give-back then fails, and the init
-	 * ends). */
-	if (sbx_session_reuse_fd(s) >= 0 &&
+	 * ends).  An init in a namespace of the run's own is never given
+	 * back: its namespace is this run's. */
+	if (!o->own_netns && sbx_session_reuse_fd(s) >= 0 &&
 	    (r->reuse_fd = fcntl(sbx_session_reuse_fd(s), F_DUPFD_CLOEXEC, 3)) < 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
 		goto fail;
 	}
 	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd,
-			 r->reuse_fd >= 0 ? &r->sock : NULL, &r->cg, err) < 0)
+			 r->reuse_fd >= 0 ? &r->sock : NULL, &r->cg,
+			 o->own_netns ? &r->listener : NULL, err) < 0)
 		goto fail;
 	r->next_check = now_ns() + OOM_POLL_MS * 1000000ull;
 	for (int i = 0; i < 4; i++)
@@ -784,6 +800,13 @@ int sbx_run_pidfd(const sbx_run *r)
 	return r->pidfd;
 }
 
+int sbx_run_take_listener(sbx_run *r)
+{
+	int fd = r->listener;
+	r->listener = -1;
+	return fd;
+}
+
 void sbx_run_free(sbx_run *r)
 {
 	if (!r)
@@ -801,6 +824,7 @@ void sbx_run_free(sbx_run *r)
 	close_fd(&r->pidfd);
 	close_fd(&r->sock);
 	close_fd(&r->reuse_fd);
+	close_fd(&r->listener);
 	free(r->stdin_buf);
 	free(r->oom_path);
 	free(r);

@@ -175,6 +175,10 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
  * warm run of this mode already set aside).
  */
 int sbx_session_offer_fd(const sbx_session *s, sbx_net mode);
+/* The same for a run with its own allow-list (sbx_run_opts.own_netns):
+ * asks the zygote for an init in a namespace of its own unless one is
+ * ready or asked for; -1 when there is nothing to wait for. */
+int sbx_session_own_offer_fd(sbx_session *s);
 /* End every process of the session, remove what it created (not a pinned
  * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when
  * cleanup could not remove something (it still frees the session). */
@@ -239,6 +243,13 @@ typedef struct sbx_run_opts {
 	 * BackendUnavailable).  The stdio modes are then ignored: the
 	 * terminal's output comes as SBX_EV_STDOUT, stdin is live. */
 	uint16_t pty_rows, pty_cols;
+	/* network_mode SBX_NET_ALLOWLIST in a network namespace of the run's
+	 * own, not the session's shared one: the run's init is cloned into a
+	 * namespace made for it, holding only lo and a proxy listener of its
+	 * own (sbx_run_take_listener), which the caller serves with the run's
+	 * allow-list.  No other run can reach that listener, nor this run the
+	 * session's. */
+	bool own_netns;
 } sbx_run_opts;
 
 typedef struct sbx_run sbx_run;
@@ -328,6 +339,10 @@ int sbx_run_stdout_fd(const sbx_run *r);
 int sbx_run_stderr_fd(const sbx_run *r);
 int sbx_run_status_fd(const sbx_run *r);
 int sbx_run_pidfd(const sbx_run *r);
+/* own_netns: the proxy listener of the run's namespace, the caller's from
+ * now on (-1 once taken, or without own_netns).  Until someone serves it,
+ * the run's connections to the proxy wait in its backlog. */
+int sbx_run_take_listener(sbx_run *r);
 /* Kill the run if it is still going, close its fds, free it.  Safe on NULL. */
 void sbx_run_free(sbx_run *r);
 

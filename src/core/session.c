@@ -53,8 +53,8 @@ uint64_t sbx_session_run_nofile(const sbx_session_opts *o)
  * ceiling: once the placer has put it in its run cgroup, *rc).  -1 with
  * err; -2 with err and errno when the offer came but was not placed
  * (ESRCH: its init died). */
-static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
-		      sbx_err *err)
+int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
+			sbx_err *err)
 {
 	struct sbx_placed pl;
 	struct sbx_proto_offer off;
@@ -81,6 +81,8 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_
 	}
 	if (n <= 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	if (n == sizeof(off) && off.magic == SBX_PROTO_MAGIC)
+		*mode = (sbx_net)off.mode;
 	if (s->placer && off.err_no == 0 && pl.place_errno != 0) {
 		/* Not placed: the init died (take another) or the cgroup
 		 * refused (the run fails with why). */
@@ -103,9 +105,9 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_
 	return 0;
 }
 
-static int send_want(sbx_session *s, sbx_net mode)
+int sbx_pool_send_want(sbx_session *s, uint32_t mode)
 {
-	struct sbx_proto_want want = {SBX_PROTO_MAGIC, (uint32_t)mode};
+	struct sbx_proto_want want = {SBX_PROTO_MAGIC, mode};
 	/* A full socket cannot happen: one want per offer. */
 	return send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -1 : 0;
 }
@@ -181,7 +183,7 @@ int sbx_session_offer_fd(const sbx_session *s, sbx_net mode)
 }
 
 /* Let an offer go: closing its socket ends the init; its cgroup goes. */
-static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
+void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 {
 	close(sock);
 	close(pidfd);
@@ -231,17 +233,28 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			memset(&s->spare[mode].rc, 0, sizeof(*rc));
 			s->spare[mode].sock = s->spare[mode].pidfd = -1;
 			got = mode;
-		} else if ((rc_ = recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
+		} else if ((rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
 			/* An offer that could not be placed still asks for
 			 * the next. */
 			int e = errno;
+			/* An own-namespace offer is not ours to fail on. */
+			if ((uint32_t)got == SBX_NET_OWN) {
+				s->own_pending--;
+				continue;
+			}
 			if (rc_ == -2)
-				(void)send_want(s, mode);
+				(void)sbx_pool_send_want(s, mode);
 			errno = e;
 			return -1;
 		}
-		if (send_want(s, mode) < 0) {
-			drop_offer(*sock, *pidfd, rc);
+		/* Asked for outside the count of warm offers: asks for nothing. */
+		if ((uint32_t)got == SBX_NET_OWN) {
+			sbx_ownnet_keep(s, *sock, *pidfd, rc);
+			memset(rc, 0, sizeof(*rc));
+			continue;
+		}
+		if (sbx_pool_send_want(s, mode) < 0) {
+			sbx_pool_drop_offer(*sock, *pidfd, rc);
 			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
 					   "the session has ended");
 		}
@@ -252,7 +265,7 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			s->spare[got].pidfd = *pidfd;
 			s->spare[got].rc = *rc;
 		} else {
-			drop_offer(*sock, *pidfd, rc);
+			sbx_pool_drop_offer(*sock, *pidfd, rc);
 		}
 		memset(rc, 0, sizeof(*rc));
 	}
@@ -548,6 +561,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	sbx_opennet_init(&s->open);
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		s->spare[m].sock = s->spare[m].pidfd = -1;
+	s->own_spare.sock = s->own_spare.pidfd = -1;
 	s->net = o->network_mode;
 	for (int i = 0; i < SBX_GPU_MAX; i++)
 		s->gpu.lock_fd[i] = -1;
@@ -703,9 +717,10 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	sbx_opennet_stop(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
+	sbx_ownnet_close(s);
 	for (int m = 0; m < SBX_NET_NMODES; m++) {
 		if (s->spare[m].sock >= 0)
-			drop_offer(s->spare[m].sock, s->spare[m].pidfd, &s->spare[m].rc);
+			sbx_pool_drop_offer(s->spare[m].sock, s->spare[m].pidfd, &s->spare[m].rc);
 	}
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		for (size_t i = 0; i < s->n_idle[m]; i++) {

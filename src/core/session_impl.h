@@ -60,6 +60,14 @@ struct sbx_session {
 		int sock, pidfd;
 		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */
 	} spare[SBX_NET_NMODES];
+	/* Runs with an allow-list of their own (session_ownnet.c): one init
+	 * in a namespace of its own kept ready (sock -1: none), and how many
+	 * the zygote was asked for and has not offered yet. */
+	struct {
+		int sock, pidfd;
+		sbx_run_cgroup rc;
+	} own_spare;
+	unsigned own_pending;
 	/* With a memory ceiling: the thread that places each offered init in
 	 * a run cgroup of its own (placer.c); offers come from it. */
 	sbx_placer *placer;
@@ -130,6 +138,19 @@ uint64_t sbx_session_run_nofile(const sbx_session_opts *o);
  * idle init, a set-aside offer or the zygote's next offer. */
 int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 		  sbx_err *err);
+
+/* session.c, for session_ownnet.c: the zygote's next offer (-1 with err;
+ * -2 with err and errno when it came but was not placed; *mode is the
+ * offer's whenever it came), a want for the next offer of mode, and
+ * letting an offer go. */
+int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
+			sbx_err *err);
+int sbx_pool_send_want(sbx_session *s, uint32_t mode);
+void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc);
+/* session_ownnet.c: an SBX_NET_OWN offer the pool came across is kept
+ * for the next run that wants one (or let go); and, at close, let go. */
+void sbx_ownnet_keep(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *rc);
+void sbx_ownnet_close(sbx_session *s);
 
 /* backend_ids.c: the ids of each backend's sessions (see there). */
 int sbx_ids_self(sbx_session *s, const sbx_session_opts *o, sbx_err *err);

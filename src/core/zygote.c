@@ -50,8 +50,12 @@ static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock, sbx_net m
  * the host closing the socket unused ends it. */
 static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 {
-	int sp[2], pidfd = -1;
-	int ns = mode < SBX_NET_NMODES ? cfg->netns_fd[mode] : -1;
+	int sp[2], pidfd = -1, listener = -1;
+	bool own = (uint32_t)mode == SBX_NET_OWN;
+	/* A namespace of its own only where the session has an allowlist
+	 * proxy to serve its listener. */
+	int ns = mode < SBX_NET_NMODES ? cfg->netns_fd[mode]
+				       : (own ? cfg->netns_fd[SBX_NET_ALLOWLIST] : -1);
 
 	if (ns < 0) {
 		offer(cfg->ctl_fd, ENETUNREACH, 0, -1, -1, mode);
@@ -63,8 +67,26 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 	}
 	/* The init is born in the mode's namespace: we step into it for the
 	 * clone and back out (cheaper and simpler than the child doing it,
-	 * and a failure is ours to report). */
-	if (mode != SBX_NET_BLOCKED && setns(ns, CLONE_NEWNET) != 0) {
+	 * and a failure is ours to report).  SBX_NET_OWN: a new one, whose
+	 * listener goes to the host ahead of anything the init says. */
+	if (own) {
+		sbx_err err;
+		int e = 0;
+		if (sbx_netns_own(cfg->proxy_port, &listener, &err) < 0)
+			e = err.sys_errno ? err.sys_errno : EIO;
+		else if (sbx_proto_send_fds(sp[1], "L", 1, &listener, 1) != 0)
+			e = errno;
+		if (e) {
+			if (listener >= 0)
+				close(listener);
+			if (setns(cfg->netns_fd[SBX_NET_BLOCKED], CLONE_NEWNET) != 0)
+				_exit(1);
+			offer(cfg->ctl_fd, e, 0, -1, -1, mode);
+			close(sp[0]);
+			close(sp[1]);
+			return;
+		}
+	} else if (mode != SBX_NET_BLOCKED && setns(ns, CLONE_NEWNET) != 0) {
 		offer(cfg->ctl_fd, errno, 0, -1, -1, mode);
 		close(sp[0]);
 		close(sp[1]);
@@ -89,6 +111,7 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 	while ((pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd)) < 0 &&
 	       sbx_sys_fork_retry(&tries))
 		;
+	int clone_errno = errno;
 	if (cfg->oom_fd >= 0 && pid != 0)
 		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
 	/* Should we fail to step back, the zygote must not offer runs in the
@@ -101,7 +124,9 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 		sbx_init_main(cfg, sp[1]);
 	}
 	close(sp[1]);
-	offer(cfg->ctl_fd, pid < 0 ? errno : 0, pid, pidfd, sp[0], mode);
+	if (listener >= 0)
+		close(listener);
+	offer(cfg->ctl_fd, pid < 0 ? clone_errno : 0, pid, pidfd, sp[0], mode);
 	close(sp[0]);
 	if (pidfd >= 0)
 		close(pidfd);

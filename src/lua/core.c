@@ -14,6 +14,7 @@
  *   s:ready_fd()                  fd to wait on before s:finish() | nil
  *   s:finish()                    true | false (not yet) | nil, kind, msg
  *   s:offer_fd(mode)              fd to wait on before a run starts | nil
+ *   s:own_offer_fd()              the same for a run with own_netns (asks ahead)
  *   core.realpath(path)           canonical host path | nil, kind, msg
  *   core.monotonic_ms()           milliseconds of CLOCK_MONOTONIC (a float)
  *   s:run(ropts)                  run | nil, kind, msg        (run.c)
@@ -211,6 +212,19 @@ static int l_session_offer_fd(lua_State *L)
 	lsbx_session *ud = lsbx_check_session(L, 1);
 	int mode = luaL_checkoption(L, 2, "blocked", modes);
 	int fd = ud->s ? sbx_session_offer_fd(ud->s, (sbx_net)mode) : -1;
+	if (fd < 0)
+		return 0;
+	lua_pushinteger(L, fd);
+	return 1;
+}
+
+/* s:own_offer_fd() -> the same for a run with own_netns: asks the sandbox
+ * for one now; nil when one is ready (or the session cannot have one: the
+ * run then says why). */
+static int l_session_own_offer_fd(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	int fd = ud->s ? sbx_session_own_offer_fd(ud->s) : -1;
 	if (fd < 0)
 		return 0;
 	lua_pushinteger(L, fd);
@@ -475,6 +489,7 @@ static const luaL_Reg session_methods[] = {
 	{"ready_fd", l_session_ready_fd},
 	{"finish", l_session_finish},
 	{"offer_fd", l_session_offer_fd},
+	{"own_offer_fd", l_session_own_offer_fd},
 	{NULL, NULL},
 };
 

@@ -7,7 +7,8 @@
 # remote_bench.lua, sbxd's HTTP/2 API against on-device,
 # loop_bench.py, sbxd's /healthz while sessions open and hooks run,
 # front_bench.lua, what sbxd's front costs (with and without it), and
-# netmode_bench.lua, what per-run network modes cost, and
+# netmode_bench.lua, what per-run network modes cost,
+# runallow_bench.lua, what a run's own allow-list costs, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
 # loopback, and proxy_sbxd_bench.lua, the same proxy on sbxd's loop.
 #
@@ -29,6 +30,10 @@ echo
 # network ceiling (issue 5).
 echo
 "$build/bin/sbxlua" tests/bench/netmode_bench.lua 2>/dev/null
+# A run's own allow-list: cold (first) and later runs vs plain allowlist
+# runs (issue 17).
+echo
+"$build/bin/sbxlua" tests/bench/runallow_bench.lua 2>/dev/null
 # The allow-list proxy: CONNECT setup latency and tunnel throughput vs
 # direct loopback, in the same run (issue 5).
 echo

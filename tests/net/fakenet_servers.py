@@ -14,6 +14,9 @@
 #           GET  /big/N.sha256 hex SHA-256 of /big/N
 #           GET  /headers      the request line and headers, echoed as text
 #           POST /echo         the request body, echoed
+#         with --sites DIR, a GET or HEAD whose Host has a directory DIR/HOST
+#         is first looked up there (a file; a directory's index.html; else
+#         PATH.json): the package indexes of tests/net/fakeindex.py;
 #         every request is appended to the access log as
 #         `ADDR:PORT PEER METHOD PATH HOST`.
 #   UDP echo :7, TCP echo :9 on every --echo address.
@@ -21,6 +24,7 @@
 import argparse
 import hashlib
 import os
+import posixpath
 import socket
 import socketserver
 import ssl
@@ -132,7 +136,29 @@ def serve_dns(sock, zone_path, log):
 
 # ---- HTTP / HTTPS ----
 
-def make_handler(access_log):
+CTYPES = {".html": "text/html", ".json": "application/json", ".whl": "application/octet-stream",
+          ".tgz": "application/octet-stream"}
+
+
+def site_file(sites, host, path):
+    """The file under sites/HOST that answers path, or None."""
+    host = (host or "").split(":")[0].lower().rstrip(".")
+    if not sites or not host or "/" in host or host.startswith("."):
+        return None
+    base = os.path.join(sites, host)
+    if not os.path.isdir(base):
+        return None
+    rel = posixpath.normpath("/" + path).lstrip("/")
+    if rel.startswith(".."):
+        return None
+    f = os.path.join(base, rel) if rel not in ("", ".") else base
+    for cand in (f, os.path.join(f, "index.html"), f.rstrip("/") + ".json"):
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+def make_handler(access_log, sites=None):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "fakenet"
@@ -156,6 +182,11 @@ def make_handler(access_log):
         def do_GET(self):
             self._log()
             path = self.path.split("?", 1)[0]
+            f = site_file(sites, self.headers.get("Host"), path)
+            if f is not None:
+                with open(f, "rb") as fh:
+                    body = fh.read()
+                return self._send(200, body, CTYPES.get(os.path.splitext(f)[1], "application/octet-stream"))
             if path == "/hello":
                 return self._send(200, ("hello from %s\n" % self.server.where).encode())
             if path == "/headers":
@@ -257,10 +288,11 @@ def main():
     ap.add_argument("--cert", required=True)
     ap.add_argument("--key", required=True)
     ap.add_argument("--ready", required=True)
+    ap.add_argument("--sites")
     a = ap.parse_args()
 
     qlog, alog = Log(a.query_log), Log(a.access_log)
-    handler = make_handler(alog)
+    handler = make_handler(alog, a.sites)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
     ctx.set_alpn_protocols(["http/1.1"])

@@ -122,7 +122,8 @@ describe("ca_certs", function()
       H.write_file(path, "package.path = " .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. " .. package.path\n"
         .. "local sbx = require 'sbx'\nlocal CA = " .. string.format("%q", net:ca_file()) .. "\n"
         .. "local R = assert(io.open(" .. string.format("%q", results) .. ", 'w'))\nR:setvbuf('no')\n"
-        .. "local function out(k, v) R:write(k .. '\\t' .. tostring(v):gsub('%s+$', ''):gsub('\\n', ' ') .. '\\n') end\n"
+        .. "local function out(k, v)\n"
+        .. "  R:write(k .. '\\t' .. tostring(v):gsub('%s+$', ''):gsub('\\n', ' ') .. '\\n')\nend\n"
         .. code)
       local o = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env SBX_STATE_DIR=" .. F.quote(dir .. "/state")
         .. " " .. F.quote(H.SBXLUA) .. " " .. F.quote(path))
@@ -133,7 +134,8 @@ describe("ca_certs", function()
 
     local PROBES = [[
 local CURL = "curl -sS --max-time 60 https://pypi.org/hello"
-local PY = "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"https://pypi.org/hello\", timeout=60).read().decode())'"
+local PY = "python3 -c 'import urllib.request as u; "
+  .. "print(u.urlopen(\"https://pypi.org/hello\", timeout=60).read().decode())'"
 local function probe(tag, s)
   local c, p = s:exec(CURL), s:exec(PY)
   out(tag .. "_curl", c.stdout .. c.stderr) out(tag .. "_curl_rc", c.returncode)

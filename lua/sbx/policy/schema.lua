@@ -79,7 +79,7 @@ M.SECTION_FIELDS = {
   ceilings = { "backends", "network_mode", "max_session_timeout_s", "max_run_timeout_s",
     "max_file_bytes", "memory_mb", "cpu_milli", "pids", "disk_mb", "gpus", "gpu_shared", "shm_mb",
     "nofile", "clamp" },
-  filesystem = { "system_ro", "etc", "forbidden", "allow_ro", "allow_rw" },
+  filesystem = { "system_ro", "etc", "forbidden", "allow_ro", "allow_rw", "gpu_paths" },
   network = { "denylist", "allowlist" },
   limits = { "hook_instructions", "hook_ms", "hook_memory_mb" },
 }

@@ -408,6 +408,7 @@ local function start_run(req, rec)
   -- An interactive run (live stdin or a pty) is named, so that the
   -- control routes (sbx.server.runcontrol) can reach it while its output streams.
   local run_id = o.stdin_live and random_hex(16) or nil
+  local release -- a run with its own allow-list: its proxy listener goes at the end
   return { stream = {
     backend = s.backend,
     session_id = s.id,
@@ -415,6 +416,7 @@ local function start_run(req, rec)
     run_id = run_id,
     start = function()
       local r, err = s:start_run(o)
+      if r then release = err err = nil end
       if r and run_id then
         rec.live = rec.live or {}
         rec.live[run_id] = { run = r, offset = 0, pty = o.pty_rows ~= nil }
@@ -424,6 +426,7 @@ local function start_run(req, rec)
     finish = function()
       if finished then return end
       finished = true
+      if release then release() end
       if run_id and rec.live then rec.live[run_id] = nil end
       rec.last_ms = now_ms()
       t.runs = t.runs - 1
