@@ -45,6 +45,15 @@ do
   f:close()
 end
 
+-- Cleanups of the running test, newest first, after it even when it
+-- failed (busted keeps only the last finally of a test).
+local deferred = {}
+local function defer(fn) deferred[#deferred + 1] = fn end
+after_each(function()
+  for i = #deferred, 1, -1 do pcall(deferred[i]) end
+  deferred = {}
+end)
+
 local BACKENDS = { "userns" }
 if has_bwrap then BACKENDS[#BACKENDS + 1] = "bubblewrap" end
 if is_root then BACKENDS[#BACKENDS + 1] = "privileged" end
@@ -115,7 +124,7 @@ for _, be in ipairs(BACKENDS) do
     it("row 3: a pinned work dir is the same dir at its host path and at /tmp/sandbox-work", function()
       local work = T.tmpdir("/tmp")
       local s = session { work_dir = work }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       -- The reference's pattern: a path built on the host, used inside.
       local r = s:run_code(([[
         import json, pathlib, os
@@ -135,7 +144,7 @@ for _, be in ipairs(BACKENDS) do
 
     it("row 3 (control): an unpinned session's host work dir is not reachable inside", function()
       local s = session {}
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec("ls " .. q(s.work_dir))
       assert.are_not.equal(0, r.returncode, T.show(r))
       assert.equal(0, s:exec("ls /tmp/sandbox-work").returncode)
@@ -145,9 +154,9 @@ for _, be in ipairs(BACKENDS) do
       local top = "/home/sbx-flow-" .. token()
       local other = "/home/sbx-flow-other-" .. token()
       assert.equal(0, os.execute("mkdir -p " .. q(top .. "/proj") .. " " .. q(other)))
-      finally(function() os.execute("rm -rf " .. q(top) .. " " .. q(other)) end)
+      defer(function() os.execute("rm -rf " .. q(top) .. " " .. q(other)) end)
       local s = session { work_dir = top .. "/proj" }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec("ls -a /home; echo hi > " .. q(top .. "/proj/f") .. "; cat /tmp/sandbox-work/f")
       assert.equal(0, r.returncode, T.show(r))
       -- Control: the host's /home has the other dir.
@@ -162,9 +171,9 @@ for _, be in ipairs(BACKENDS) do
       local p = io.popen("mktemp -d /root/sbx-flow.XXXXXX")
       local work = p:read("*l")
       p:close()
-      finally(function() os.execute("rm -rf " .. q(work)) end)
+      defer(function() os.execute("rm -rf " .. q(work)) end)
       local s = session { work_dir = work }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec(("echo hi > %s/f; cat /tmp/sandbox-work/f; ls -a /root"):format(q(work)))
       assert.equal(0, r.returncode, T.show(r))
       assert.equal("hi\n.\n..\n" .. work:sub(7) .. "\n", r.stdout)
@@ -173,7 +182,7 @@ for _, be in ipairs(BACKENDS) do
 
     it("row 4: an indented python script runs (the reference's example)", function()
       local s = session {}
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       s:put_bytes("in.json", '{"values": [1, 2, 3]}')
       local out = s:run_code([[
         import json, pathlib
@@ -192,7 +201,7 @@ for _, be in ipairs(BACKENDS) do
 
     it("row 6: at timeout_s every run gets SIGTERM, then SIGKILL after the grace: session_expired", function()
       local s = session { timeout_s = 2, timeout_grace_s = 1 }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local marker = "99" .. token()
       -- One ends at SIGTERM; one ignores it (and records it) until SIGKILL.
       -- timeout_s: a bound should the session's end never come.
@@ -217,7 +226,7 @@ for _, be in ipairs(BACKENDS) do
 
     it("row 6 (control): a run that ends before timeout_s is its own end", function()
       local s = session { timeout_s = 600 }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec("exit 3")
       assert.equal(3, r.returncode)
       assert.equal("", r.termination_reason)
@@ -255,9 +264,9 @@ for _, be in ipairs(BACKENDS) do
   describe("row 7 on " .. be, function()
     run_it("a root-owned read_write_path is writable inside; on the host it stays root's, never chowned", function()
       local d = root_dir()
-      finally(function() os.execute("rm -rf " .. q(d)) end)
+      defer(function() os.execute("rm -rf " .. q(d)) end)
       local s = sbx.session { backend = be, policy = POLICY, read_write_paths = { d } }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec(("echo new > %s/made; echo more >> %s/existing; mkdir %s/sub && echo x > %s/sub/y")
         :format(q(d), q(d), q(d), q(d)))
       assert.equal(0, r.returncode, T.show(r))
@@ -272,11 +281,11 @@ for _, be in ipairs(BACKENDS) do
 
     run_it("only the dir's owner is mapped: another user's file in it stays out of reach", function()
       local d = root_dir()
-      finally(function() os.execute("rm -rf " .. q(d)) end)
+      defer(function() os.execute("rm -rf " .. q(d)) end)
       write(d .. "/theirs", "4343's\n")
       os.execute("chown 4343:4343 " .. q(d .. "/theirs") .. "; chmod 644 " .. q(d .. "/theirs"))
       local s = sbx.session { backend = be, policy = POLICY, read_write_paths = { d } }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec("echo x >> " .. q(d .. "/theirs"))
       assert.are_not.equal(0, r.returncode, T.show(r))
       assert.matches("Permission denied", r.stderr)
@@ -287,9 +296,9 @@ for _, be in ipairs(BACKENDS) do
 
     run_it("no setuid/setgid bits where the sandbox writes as root; chmod otherwise works", function()
       local d = root_dir()
-      finally(function() os.execute("rm -rf " .. q(d)) end)
+      defer(function() os.execute("rm -rf " .. q(d)) end)
       local s = sbx.session { backend = be, policy = POLICY, read_write_paths = { d } }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec(("cp /bin/true %s/t && chmod 755 %s/t && %s/t"):format(q(d), q(d), q(d)))
       assert.equal(0, r.returncode, T.show(r))
       for _, mode in ipairs { "u+s", "g+s", "4755", "2755" } do
@@ -303,7 +312,7 @@ for _, be in ipairs(BACKENDS) do
       -- Control: without an idmapped bind a setuid bit on one's own file
       -- is allowed (and meaningless: every mount is nosuid).
       local plain = sbx.session { backend = be, policy = POLICY }
-      finally(function() plain:close() end)
+      defer(function() plain:close() end)
       r = plain:exec("cp /bin/true t && chmod u+s t && stat -c %a t")
       assert.equal(0, r.returncode, T.show(r))
       assert.equal("4755\n", r.stdout)
@@ -311,9 +320,9 @@ for _, be in ipairs(BACKENDS) do
 
     run_it("control: the same dir bound read-only is not writable", function()
       local d = root_dir()
-      finally(function() os.execute("rm -rf " .. q(d)) end)
+      defer(function() os.execute("rm -rf " .. q(d)) end)
       local s = sbx.session { backend = be, policy = POLICY, read_only_paths = { d } }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       local r = s:exec("echo x > " .. q(d .. "/made"))
       assert.are_not.equal(0, r.returncode, T.show(r))
       assert.is_nil(io.open(d .. "/made"))
@@ -325,11 +334,11 @@ describe("/tmp binds (README: carried into each run's fresh /tmp)", function()
   for _, be in ipairs(BACKENDS) do
     it("on " .. be .. ": a read-only and a read-write bind below /tmp in every run", function()
       local ro, rw = root_dir("/tmp"), root_dir("/tmp")
-      finally(function() os.execute("rm -rf " .. q(ro) .. " " .. q(rw)) end)
+      defer(function() os.execute("rm -rf " .. q(ro) .. " " .. q(rw)) end)
       -- Writable by anyone, so this is about the carrying on every backend.
       os.execute("chmod 1777 " .. q(rw))
       local s = sbx.session { backend = be, policy = POLICY, read_only_paths = { ro }, read_write_paths = { rw } }
-      finally(function() s:close() end)
+      defer(function() s:close() end)
       for i = 1, 2 do
         local r = s:exec(("cat %s/existing; echo %d >> %s/log; echo s > /tmp/scratch-%d; ls /tmp")
           :format(q(ro), i, q(rw), i))
@@ -349,7 +358,7 @@ end)
 describe("backend none", function()
   it("row 6: the session's end reaches its runs too (no zygote)", function()
     local s = sbx.session { backend = "none", policy = POLICY, timeout_s = 2, timeout_grace_s = 1 }
-    finally(function() s:close() end)
+    defer(function() s:close() end)
     local marker = "98" .. token()
     local a = s:run("sleep " .. marker, { timeout_s = 120 })
     assert.equal(-15, a:wait())
@@ -385,7 +394,7 @@ describe_srv("through sbxd", function()
 
   it("row 3: remotely the server owns the work dir; /tmp/sandbox-work is the path on both sides", function()
     local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
-    finally(function() s:close() end)
+    defer(function() s:close() end)
     assert.is_nil(s.work_dir)
     s:put_bytes("/tmp/sandbox-work/data.json", "[1, 2, 3, 4]")
     assert.equal("[1, 2, 3, 4]", s:run_code([[
@@ -400,7 +409,7 @@ describe_srv("through sbxd", function()
 
   it("row 4: sbx.remote and curl dedent a python script", function()
     local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
-    finally(function() s:close() end)
+    defer(function() s:close() end)
     assert.equal("3\n", s:run_code([[
       x = 1
       if x:
@@ -432,9 +441,9 @@ describe_srv("through sbxd", function()
   it("row 7: sbx.remote: a root-owned read_write_path of the server's is writable", function()
     if not is_root then return pending("needs root") end
     local d = root_dir()
-    finally(function() os.execute("rm -rf " .. q(d)) end)
+    defer(function() os.execute("rm -rf " .. q(d)) end)
     local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, read_write_paths = { d } }
-    finally(function() s:close() end)
+    defer(function() s:close() end)
     local r = s:exec("echo remote >> " .. q(d .. "/existing") .. "; chmod u+s " .. q(d .. "/existing"))
     assert.matches("Operation not permitted", r.stderr)
     assert.equal("root's\nremote\n", T.read_file(d .. "/existing"))
