@@ -72,6 +72,13 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 		fprintf(stderr, "sbx proxy: %s\n", err.msg);
 		_exit(1);
 	}
+	lua_getfield(L, 3, "secrets");
+	if (!lua_isnil(L, -1) &&
+	    lsbx_proxy_apply_secrets(L, px->p, lsbx_proxy_intern_tag(L, px, tag, false), -1)) {
+		fprintf(stderr, "sbx proxy: %s\n", lua_tostring(L, -1));
+		_exit(1);
+	}
+	lua_pop(L, 1);
 	for (;;) {
 		struct pollfd pfd[3] = {
 			{sbx_proxy_fd(px->p), POLLIN, 0}, {ctl, POLLIN, 0}, {stats_fd, POLLIN, 0}};
