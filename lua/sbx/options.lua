@@ -14,6 +14,7 @@
 
 local errors = require "sbx.errors"
 local presets = require "sbx.presets"
+local trust = require "sbx.trust"
 
 local M = {}
 
@@ -36,7 +37,7 @@ M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
-  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
+  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -262,6 +263,9 @@ function M.session(opts, pol)
   if opts.work_dir ~= nil then o.work_dir = check_host_path("work_dir", opts.work_dir) end
   if opts.state_dir ~= nil then o.state_dir = check_host_path("state_dir", opts.state_dir) end
   o.env = M.check_env("env", opts.env)
+  -- Files are read only for callers on this host (sbxd's say who they are).
+  local here = opts.caller == nil or opts.caller.origin == nil or opts.caller.origin == "local"
+  if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
   o.max_file_bytes = d.max_file_bytes
@@ -322,6 +326,11 @@ function M.session(opts, pol)
       ("gpus = %d needs the privileged backend (CUDA's cuInit fails in an unprivileged user "
         .. "namespace; %s has no device isolation)"):format(o.gpus, o.backend),
       'use backend = "privileged" (as root), or leave gpus unset'))
+  end
+  if o.ca_certs and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "ca_certs needs a filesystem of the session's own to hold the bundle; backend none has none",
+      'use backend = "userns", or leave ca_certs unset'))
   end
   if o.disk_mb and o.work_dir then
     invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")

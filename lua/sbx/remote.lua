@@ -61,6 +61,7 @@ local answer = require "sbx.remote.answer"
 local stream = require "sbx.remote.stream"
 local process = require "sbx.process"
 local node = require "sbx.remote.node"
+local trust = require "sbx.trust"
 
 local M = {}
 
@@ -177,6 +178,8 @@ function M.session(opts)
   local tr = connect(opts.endpoint, token, opts)
   local sopts = {}
   for k, v in pairs(opts) do if not CONN_KEYS[k] then sopts[k] = v end end
+  -- CA files are the client's: read here, sent as PEM text.
+  if sopts.ca_certs ~= nil then sopts.ca_certs = trust.check(sopts.ca_certs, true) end
   local info = call(tr, "POST", "/v1/sessions", sopts)
   if type(info) ~= "table" or type(info.id) ~= "string" then
     errors.raise(transport_error("the server's answer has no session id"))

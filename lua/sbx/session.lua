@@ -59,6 +59,7 @@ local errors = require "sbx.errors"
 local options = require "sbx.options"
 local policy = require "sbx.policy"
 local process = require "sbx.process"
+local trust = require "sbx.trust"
 
 local M = {}
 
@@ -231,7 +232,9 @@ function M.open(opts)
       and os.getenv("SBX_GPU_DEV_DIR") or nil,
     gpu_paths = (o.gpus or 0) > 0 and gpu_paths(gen) or nil,
     gpu_shared = (o.gpus or 0) > 0 and gen.ceilings.gpu_shared == true or nil,
+    ca_bundle = trust.bundle(o.ca_certs),
   }
+  if copts.ca_bundle then o.env = trust.env(o.env) end
   local cs, kind, msg
   if opts.wait then
     cs, kind, msg = open_waiting(c, copts, opts.wait)

@@ -120,6 +120,8 @@ static int describe_etc(sbx_rootfs *fs, const sbx_session_opts *o, uid_t uid, gi
 		return -2;
 	if (o->network_mode == SBX_NET_OPEN && !add_resolv_conf(fs))
 		return -2;
+	if (o->ca_bundle && !add_data(fs, SBX_CA_BUNDLE_PATH, "%s", o->ca_bundle))
+		return -2;
 	return 0;
 }
 

@@ -43,8 +43,8 @@ typedef struct sbx_fs_entry {
 
 /* Most entries a description holds. */
 #define SBX_FS_MAX_ENTRIES 256
-/* Most generated files (passwd, group, hosts, hostname, resolv.conf). */
-#define SBX_FS_MAX_DATA 5
+/* Most generated files (passwd, group, hosts, hostname, resolv.conf, CA bundle). */
+#define SBX_FS_MAX_DATA 6
 
 typedef struct sbx_rootfs {
 	sbx_fs_entry *e;

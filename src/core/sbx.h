@@ -25,6 +25,8 @@
 
 /* The path the session's work dir has inside every run. */
 #define SBX_SANDBOX_WORKDIR "/tmp/sandbox-work"
+/* Where a session with extra trusted CAs (ca_certs) finds its bundle. */
+#define SBX_CA_BUNDLE_PATH "/etc/sbx/ca-certificates.crt"
 /* The uid/gid the workload runs as inside the sandbox. */
 #define SBX_SANDBOX_UID 1000
 #define SBX_SANDBOX_GID 1000
@@ -88,7 +90,8 @@ typedef struct sbx_session_opts {
 	uint64_t tmp_bytes;		  /* size cap of the per-run /tmp; 0: default 256 MiB */
 	uint64_t shm_bytes;		  /* size cap of the per-run /dev/shm; 0: default 64 MiB */
 	const char *hostname;		  /* UTS hostname; NULL: "sandbox" */
-	uint64_t lifetime_ms;		  /* session ends by itself after this; 0: never */
+	const char *ca_bundle; /* PEM the runs trust, at SBX_CA_BUNDLE_PATH; NULL: none */
+	uint64_t lifetime_ms;  /* session ends by itself after this; 0: never */
 	/* Resource ceilings (cgroup.c; need root or a delegated cgroup). */
 	uint64_t memory_bytes;	 /* memory incl. tmpfs pages, swap off; 0: none */
 	uint32_t cpu_milli;	 /* CPU time in thousandths of a CPU; 0: none */

@@ -48,7 +48,7 @@ static const char *const session_fields[] = {
 	"shm_bytes",   "lifetime_ms",  "memory_bytes",	"cpu_milli",	"pids_max",   "disk_bytes",
 	"cgroup_root", "nofile",       "fsize_bytes",	"run_uid",	"gpus",	      "gpu_dev_dir",
 	"gpu_paths",   "gpu_shared",   "warm_runs",	"network_mode", "proxy_port", "open_deny",
-	NULL,
+	"ca_bundle",   NULL,
 };
 
 static const char *const bind_fields[] = {"path", "writable", NULL};
@@ -110,6 +110,7 @@ static int session_open(lua_State *L, bool start)
 	o.work_dir = lsbx_opt_string(L, 1, "work_dir");
 	o.state_dir = lsbx_opt_string(L, 1, "state_dir");
 	o.hostname = lsbx_opt_string(L, 1, "hostname");
+	o.ca_bundle = lsbx_opt_string(L, 1, "ca_bundle");
 	/* The arrays' memory is pushed on the stack and lives until we return. */
 	o.system_ro = lsbx_opt_strv(L, 1, "system_ro", false, NULL);
 	o.etc_files = lsbx_opt_strv(L, 1, "etc_files", false, NULL);
