@@ -133,8 +133,9 @@ static size_t avail(const struct mside *s)
 	return s->len - s->off;
 }
 
-/* A head ending in CRLF CRLF: its length, 0 at a clean end before any
- * byte, -1 on error or a head too large. */
+/* A head ending in CRLF CRLF: its length; 0 when the peer is gone before
+ * sending a byte of it (many TLS clients close without close_notify), -1
+ * when it ends mid-head, -2 when the head is too large. */
 static long read_head(struct mside *s)
 {
 	for (;;) {
@@ -142,10 +143,9 @@ static long read_head(struct mside *s)
 		if (e)
 			return e + 4 - (s->buf + s->off);
 		if (avail(s) >= HEAD_MAX)
-			return -1;
-		ssize_t n = fill(s);
-		if (n <= 0)
-			return n == 0 && avail(s) == 0 ? 0 : -1;
+			return -2;
+		if (fill(s) <= 0)
+			return avail(s) == 0 ? 0 : -1;
 	}
 }
 
@@ -590,10 +590,11 @@ static int one_request(struct mitm_conn *mc)
 
 	if (hl == 0)
 		return 0;
-	if (hl < 0) {
-		answer(mc, "431 Request Header Fields Too Large", "bad or too large request head");
+	if (hl == -2)
+		answer(mc, "431 Request Header Fields Too Large",
+		       "request head larger than 64 KiB");
+	if (hl < 0)
 		return 0;
-	}
 	char *text = mc->c.buf + mc->c.off;
 	mc->c.off += (size_t)hl;
 	if (parse_head(text, (size_t)hl, &h) < 0 || h.bad) {
