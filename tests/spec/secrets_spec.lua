@@ -152,6 +152,32 @@ s:close()
     assert.are.equal("done", (g:gsub("%s+$", "")), g)
   end)
 
+  it("does the same through sbxd, and no GET, /metrics or log line shows the value", function()
+    local res, all = run([[
+package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. package.path
+local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
+local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
+  network_mode = "allowlist", network_allowlist = { "pypi.org", "example.com" }, secrets = SECRETS,
+  ca_certs = { FAKENET_CA } }
+]] .. CHECKS .. [[
+local function get(path)
+  return SH.sh("curl -s --http2-prior-knowledge -H 'Authorization: Bearer " .. srv.token.alice .. "' "
+    .. srv.url .. path)
+end
+out("get_session", get("/v1/sessions/" .. s.id))
+out("list", get("/v1/sessions"))
+out("metrics", get("/metrics"))
+s:close()
+srv:stop()
+out("log", srv:log())
+]])
+    check(res, all)
+    assert.truthy(has(res.get_session, "is_owner"), all) -- the control: the GET answered
+    assert.truthy(has(res.metrics, "sbxd_"), all)
+    assert.truthy(has(res.log, "session="), all)
+  end)
+
   it("refuses bad secrets without quoting the value", function()
     local res, all = run([[
 local base = { backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" } }
