@@ -197,4 +197,42 @@ out("ctl_value", tostring(e4))
     assert.truthy(has(res.ctl_value, "control characters"), all)
     assert.falsy(has(all, API_KEY), all)
   end)
+
+  it("lets a policy forbid, require and restrict secrets; hooks never see a value", function()
+    local pdir = dir .. "/pol"
+    os.execute("mkdir -p " .. F.quote(pdir))
+    local function pol(n, body) H.write_file(pdir .. "/" .. n .. ".lua", "return " .. body) return pdir .. "/" .. n .. ".lua" end
+    local base = [[ defaults = { network_mode = "allowlist" }, ceilings = { network_mode = "allowlist" } ]]
+    pol("forbid", "{" .. base .. ", secrets = { allow = false } }")
+    pol("require", "{" .. base .. ", secrets = { require = { 'API_KEY' } } }")
+    pol("hosts", "{" .. base .. ", secrets = { hosts = { '*.example.org' } } }")
+    pol("hook", "{" .. base .. [[, on_session_open = function(req)
+      log("seen", req.secrets.API_KEY.hosts[1], tostring(req.secrets.API_KEY.value))
+      return true end }]])
+    local res, all = run([[
+local POL = ]] .. string.format("%q", pdir) .. [[
+local function open(p, sec)
+  local ok, e = pcall(sbx.session, { backend = "userns", network_allowlist = { "pypi.org" },
+    policy = POL .. "/" .. p .. ".lua", secrets = sec })
+  if ok then e:close() return "opened" end
+  return (e.rule or "?") .. ": " .. tostring(e.message)
+end
+out("forbid", open("forbid", SECRETS))
+out("forbid_none", open("forbid", nil))
+out("require", open("require", nil))
+out("require_ok", open("require", SECRETS))
+out("hosts", open("hosts", SECRETS))
+out("hosts_ok", open("hosts", { API_KEY = { value = API_KEY, hosts = { "api.example.org" } } }))
+out("hook", open("hook", SECRETS))
+]])
+    assert.truthy(has(res.forbid, "secrets.allow"), all)
+    assert.are.equal("opened", res.forbid_none, all)
+    assert.truthy(has(res.require, "secrets.require"), all)
+    assert.are.equal("opened", res.require_ok, all)
+    assert.truthy(has(res.hosts, "secrets.hosts"), all)
+    assert.are.equal("opened", res.hosts_ok, all)
+    assert.are.equal("opened", res.hook, all)
+    assert.truthy(has(all, "seen pypi.org nil"), all) -- the hook ran, saw the host, no value
+    assert.falsy(has(all, API_KEY), all)
+  end)
 end)
