@@ -52,6 +52,24 @@ try:
     socket.create_connection(("198.51.100.2", 443), timeout=5); print("connected")
 except OSError as e:
     print("refused", e.errno)']]).stdout)
+-- TLS for another name through the secret host's tunnel: refused (the
+-- control, the same with the tunnel's own name, gets the API's answer)
+local SNI = [[/usr/bin/python3 -c '
+import os, socket, ssl, sys
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+s.sendall(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n")
+assert b" 200 " in s.recv(4096)
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+t = ctx.wrap_socket(s, server_hostname=sys.argv[1])
+t.sendall(b"GET /auth HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n")
+data = b""
+while True:
+    d = t.recv(4096)
+    if not d: break
+    data += d
+print(data.split(b"\r\n")[0].decode(), data.split(b"\r\n\r\n", 1)[-1].decode().strip())' ]]
+out("sni_other", sh(SNI .. "example.com").stdout)
+out("sni_same", sh(SNI .. "pypi.org").stdout)
 out("environ", sh("tr '\\0' '\\n' < /proc/self/environ").stdout)
 sh("env > env.txt; " .. C .. "-o echo.out -H \"Authorization: Bearer $API_KEY\" https://pypi.org/echo-auth")
 out("grep_work", sh("grep -rl -- '" .. API_KEY .. "' . /proc/self/environ /etc/sbx 2>/dev/null; echo done").stdout)
@@ -69,7 +87,7 @@ describe("secrets", function()
   local net, dir
 
   -- Run code in the fake host netns; returns { key = value }, everything it printed.
-  local function run(code)
+  local function run(code, no_upstream_ca)
     local path, results = dir .. "/case.lua", dir .. "/results"
     os.remove(results)
     H.write_file(path, "local RESULTS_PATH = " .. string.format("%q", results) .. "\n"
@@ -83,7 +101,7 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
                               format = "Bearer %s" } }
 ]] .. code)
     local o, rc = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env SBX_SECRETS_UPSTREAM_CA="
-      .. F.quote(net:ca_file()) .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " "
+      .. (no_upstream_ca and "" or F.quote(net:ca_file())) .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " "
       .. F.quote(SBXLUA) .. " " .. F.quote(path) .. " 2>&1")
     local got = H.read_file(results) or ""
     local t = {}
@@ -128,6 +146,9 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
     assert.truthy(has(res.noproxy, "rc="), all)
     assert.falsy(has(res.noproxy, "authorized"), all)
     assert.truthy(has(res.raw_socket, "refused"), all)
+    assert.truthy(has(res.sni_other, "403"), all)
+    assert.truthy(has(res.sni_other, "not the CONNECT target"), all)
+    assert.truthy(has(res.sni_same, "HTTP/1.1 200 OK") and has(res.sni_same, "authorized"), all)
     assert.truthy(has(res.environ, "API_KEY=" .. ph), all)
     assert.falsy(has(res.environ, API_KEY), all)
     assert.are.equal("done", res.grep_work, all)
@@ -176,6 +197,28 @@ out("log", srv:log())
     assert.truthy(has(res.get_session, "is_owner"), all) -- the control: the GET answered
     assert.truthy(has(res.metrics, "sbxd_"), all)
     assert.truthy(has(res.log, "session="), all)
+  end)
+
+  it("sends nothing to an upstream whose certificate does not verify", function()
+    -- The fake API's certificate is signed by the fakenet CA, which the
+    -- host's own store does not hold: the proxy must refuse, not send.
+    local function auths()
+      local k = 0
+      for _, l in ipairs(net:http_requests()) do if l:find(" /auth", 1, true) then k = k + 1 end end
+      return k
+    end
+    local before = auths()
+    local res, all = run([[
+local s = sbx.session{ backend = "userns", network_mode = "allowlist",
+  network_allowlist = { "pypi.org", "example.com" }, secrets = SECRETS, ca_certs = { FAKENET_CA } }
+out("secret_host", s:exec("curl -sS --max-time 60 -H \"Authorization: Bearer $API_KEY\" https://pypi.org/auth").stdout)
+out("control", s:exec("curl -sS --max-time 60 https://example.com/hello").stdout)
+s:close()
+]], true)
+    assert.truthy(has(res.secret_host, "certificate verify failed"), all)
+    assert.truthy(has(res.control, "hello from"), all) -- the fake API is up: only the check refused
+    assert.are.equal(before, auths(), all) -- no request reached the API
+    assert.falsy(has(all, API_KEY), all)
   end)
 
   it("refuses bad secrets without quoting the value", function()
