@@ -29,6 +29,7 @@
 
 #include "proxy_internal.h"
 #include "proxy_mitm.h"
+#include "proxy_repl.h"
 
 #define HEAD_MAX (64 * 1024)
 #define IO_CHUNK (16 * 1024)
@@ -168,73 +169,6 @@ static int read_line(struct mside *s, char *line, size_t max)
 	}
 }
 
-/* ---- streaming replacement ---- */
-
-struct repl {
-	const char *from[64], *to[64];
-	size_t flen[64], tlen[64], n, maxf;
-	char *held;
-	size_t hlen;
-};
-
-typedef int (*out_fn)(void *ud, const char *b, size_t n);
-
-/* Replace in held+in, pass on what can no longer be the start of a match;
- * final: pass on everything. */
-static int repl_feed(struct repl *r, const char *in, size_t n, bool final, out_fn out, void *ud)
-{
-	size_t wl = r->hlen + n, pos = 0;
-	char *w = malloc(wl ? wl : 1);
-	int rc = 0;
-
-	if (!w)
-		return -1;
-	if (r->hlen)
-		memcpy(w, r->held, r->hlen);
-	if (n)
-		memcpy(w + r->hlen, in, n);
-	for (;;) {
-		const char *best = NULL;
-		size_t bi = 0;
-		for (size_t i = 0; i < r->n; i++) {
-			const char *m = memmem(w + pos, wl - pos, r->from[i], r->flen[i]);
-			if (m && (!best || m < best)) {
-				best = m;
-				bi = i;
-			}
-		}
-		if (!best)
-			break;
-		size_t at = (size_t)(best - w);
-		if ((at > pos && out(ud, w + pos, at - pos) < 0) ||
-		    out(ud, r->to[bi], r->tlen[bi]) < 0) {
-			rc = -1;
-			goto done;
-		}
-		pos = at + r->flen[bi];
-	}
-	size_t keep = final || r->maxf == 0 ? 0 : r->maxf - 1;
-	if (keep > wl - pos)
-		keep = wl - pos;
-	if (wl - pos - keep > 0 && out(ud, w + pos, wl - pos - keep) < 0) {
-		rc = -1;
-		goto done;
-	}
-	free(r->held);
-	r->held = NULL;
-	r->hlen = keep;
-	if (keep) {
-		if (!(r->held = malloc(keep))) {
-			rc = -1;
-			goto done;
-		}
-		memcpy(r->held, w + wl - keep, keep);
-	}
-done:
-	free(w);
-	return rc;
-}
-
 static int out_sbuf(void *ud, const char *b, size_t n)
 {
 	sb_put(ud, b, n);
@@ -244,7 +178,7 @@ static int out_sbuf(void *ud, const char *b, size_t n)
 /* s with every from replaced by its to, appended to b. */
 static void sb_replaced(struct sbuf *b, struct repl *r, const char *s, size_t n)
 {
-	if (repl_feed(r, s, n, true, out_sbuf, b) < 0)
+	if (sbx_repl_feed(r, s, n, true, out_sbuf, b) < 0)
 		b->oom = true;
 }
 
@@ -279,12 +213,12 @@ static int sink_raw(void *ud, const char *b, size_t n)
 
 static int sink_put(struct sink *k, const char *b, size_t n)
 {
-	return k->r ? repl_feed(k->r, b, n, false, sink_raw, k) : sink_raw(k, b, n);
+	return k->r ? sbx_repl_feed(k->r, b, n, false, sink_raw, k) : sink_raw(k, b, n);
 }
 
 static int sink_end(struct sink *k)
 {
-	if (k->r && repl_feed(k->r, NULL, 0, true, sink_raw, k) < 0)
+	if (k->r && sbx_repl_feed(k->r, NULL, 0, true, sink_raw, k) < 0)
 		return -1;
 	return k->chunked ? sbx_mside_write(k->dst, "0\r\n\r\n", 5) : 0;
 }
