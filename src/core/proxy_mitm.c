@@ -295,17 +295,6 @@ static const char *ssl_why(char *b, size_t n)
 	return b;
 }
 
-static void answer(struct mitm_conn *mc, const char *status, const char *why)
-{
-	char msg[700];
-	int n = snprintf(msg, sizeof(msg),
-			 "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
-			 "Connection: close\r\n\r\nsbx proxy: %s\n",
-			 status, strlen(why) + 12, why);
-	if (n > 0 && (size_t)n < sizeof(msg))
-		sbx_mside_write(&mc->c, msg, (size_t)n);
-}
-
 /* Both TLS handshakes.  Returns 0, or -1 (logged; the client told when it
  * can be). */
 static int handshakes(struct mitm_conn *mc)
@@ -341,7 +330,7 @@ static int handshakes(struct mitm_conn *mc)
 		 * name through it is not what was allowed. */
 		snprintf(msg, sizeof(msg), "TLS server name %.200s is not the CONNECT target", sni);
 		sbx_mitm_logf(mc->m, "refused %s:%u (secret): %s", mc->name, mc->port, msg);
-		answer(mc, "403 Forbidden", msg);
+		sbx_mitm_answer(mc, "403 Forbidden", msg);
 		return -1;
 	}
 	mc->u.ssl = SSL_new(t->cctx);
@@ -360,7 +349,7 @@ static int handshakes(struct mitm_conn *mc)
 			ssl_why(why, sizeof(why));
 		snprintf(msg, sizeof(msg), "TLS with the upstream: %s", why);
 		sbx_mitm_logf(mc->m, "failed %s:%u (secret): %s", mc->name, mc->port, msg);
-		answer(mc, "502 Bad Gateway", msg);
+		sbx_mitm_answer(mc, "502 Bad Gateway", msg);
 		return -1;
 	}
 	return 0;

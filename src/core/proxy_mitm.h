@@ -107,5 +107,7 @@ void sbx_proxy_mitm_stats(const struct sbx_proxy *p, sbx_proxy_stats *st);
 /* proxy_mitm_http.c: serve HTTP/1.1 requests until either side ends. */
 void sbx_mitm_serve(struct mitm_conn *mc);
 int sbx_mside_write(struct mside *s, const void *b, size_t n);
+/* An error answer ("502 Bad Gateway", why) to the client. */
+void sbx_mitm_answer(struct mitm_conn *mc, const char *status, const char *why);
 
 #endif

@@ -293,17 +293,22 @@ static int parse_head(char *text, size_t len, struct head *h)
 
 	memset(h, 0, sizeof(*h));
 	h->clen = -1;
+	if (memchr(text, '\0', len))
+		return -1; /* C strings below: a NUL would cut a line short */
 	for (bool first = true; p < end;) {
 		char *eol = memmem(p, (size_t)(end - p) + 2, "\r\n", 2), *colon;
 		if (!eol)
 			return -1;
 		*eol = '\0';
+		if (strpbrk(p, "\r\n"))
+			return -1; /* a bare CR or LF: another parser's line end */
 		if (first) {
 			h->line = p;
 			first = false;
 		} else {
+			char *sp = strpbrk(p, " \t");
 			if (h->n == 128 || !(colon = strchr(p, ':')) || colon == p ||
-			    strpbrk(p, " \t") < colon)
+			    (sp && sp < colon))
 				return -1;
 			*colon = '\0';
 			char *v = colon + 1, *ve = v + strlen(v);
@@ -378,15 +383,21 @@ static void repl_in(struct repl *r, const struct mitm_conn *mc)
 	}
 }
 
-static void answer(struct mitm_conn *mc, const char *status, const char *why)
+/* An error answer to the client, closing the connection. */
+void sbx_mitm_answer(struct mitm_conn *mc, const char *status, const char *why)
 {
-	char msg[512];
+	char msg[700];
 	int n = snprintf(msg, sizeof(msg),
 			 "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
 			 "Connection: close\r\n\r\nsbx proxy: %s\n",
 			 status, strlen(why) + 12, why);
 	if (n > 0 && (size_t)n < sizeof(msg))
 		sbx_mside_write(&mc->c, msg, (size_t)n);
+}
+
+static void answer(struct mitm_conn *mc, const char *status, const char *why)
+{
+	sbx_mitm_answer(mc, status, why);
 	sbx_mitm_logf(mc->m, "failed %s:%u (secret): %s %s", mc->name, mc->port, status, why);
 }
 

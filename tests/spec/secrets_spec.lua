@@ -44,6 +44,9 @@ out("other_host", sh(C .. "-H \"Authorization: Bearer $API_KEY\" https://example
 out("echo", sh(C .. "-D h.txt -o b.txt -H \"Authorization: Bearer $API_KEY\" https://pypi.org/echo-auth; "
   .. "grep -i '^x-echo' h.txt; grep -c 'you sent: Bearer sbx_secret_API_KEY_' b.txt; "
   .. "grep -c -- '" .. API_KEY .. "' b.txt; rm h.txt b.txt").stdout)
+-- insecure_http: substituted in plain HTTP too (here in the query, which the
+-- fake server's access log records), and echoed back as the placeholder
+out("insecure_http", sh(C .. "\"http://far.test/headers?k=$PLAIN_KEY\" -H \"X-Key: $PLAIN_KEY\"").stdout)
 out("plain_http", sh(C .. "-H \"Authorization: Bearer $API_KEY\" http://pypi.org/headers").stdout)
 out("noproxy", sh(C .. "--max-time 10 --noproxy '*' -H \"Authorization: Bearer $API_KEY\" https://pypi.org/auth; echo rc=$?").stdout)
 out("raw_socket", sh([[/usr/bin/python3 -c '
@@ -98,7 +101,8 @@ local RESULTS = assert(io.open(RESULTS_PATH, "w"))
 RESULTS:setvbuf("no")
 local function out(k, v) RESULTS:write(k .. "\t" .. (tostring(v):gsub("%s+$", ""):gsub("\n", "\\n")) .. "\n") end
 local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = "Authorization",
-                              format = "Bearer %s" } }
+                              format = "Bearer %s" },
+                  PLAIN_KEY = { value = "plain-5ecre7-value", hosts = { "far.test" }, insecure_http = true } }
 ]] .. code)
     local o, rc = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env SBX_SECRETS_UPSTREAM_CA="
       .. (no_upstream_ca and "" or F.quote(net:ca_file())) .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " "
@@ -115,7 +119,7 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
   setup(function()
     net = F.up(name)
     dir = H.mktemp_dir("secspec")
-    net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2" }
+    net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2", ["far.test"] = "203.0.113.2" }
   end)
 
   teardown(function()
@@ -146,6 +150,12 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
     assert.truthy(has(res.noproxy, "rc="), all)
     assert.falsy(has(res.noproxy, "authorized"), all)
     assert.truthy(has(res.raw_socket, "refused"), all)
+    assert.truthy(has(res.insecure_http, "X-Key: sbx_secret_PLAIN_KEY_"), all)
+    assert.truthy(has(res.insecure_http, "GET /headers?k=sbx_secret_PLAIN_KEY_"), all)
+    assert.falsy(has(res.insecure_http, "plain-5ecre7-value"), all)
+    local seen = false
+    for _, l in ipairs(net:http_requests()) do seen = seen or has(l, "/headers?k=plain-5ecre7-value") end
+    assert.is_true(seen, "the fake server got the value")
     assert.truthy(has(res.sni_other, "403"), all)
     assert.truthy(has(res.sni_other, "not the CONNECT target"), all)
     assert.truthy(has(res.sni_same, "HTTP/1.1 200 OK") and has(res.sni_same, "authorized"), all)
@@ -154,12 +164,13 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
     assert.are.equal("done", res.grep_work, all)
     assert.are.equal("done", res.ca_key, all)
     assert.falsy(has(all, API_KEY), all) -- the host's whole output, the proxy's log lines included
+    assert.falsy(has(all, "plain-5ecre7-value"), all)
   end
 
   it("puts the value in only for its host, on-device", function()
     local res, all = run([[
 local s = sbx.session{ backend = "userns", network_mode = "allowlist",
-  network_allowlist = { "pypi.org", "example.com" }, secrets = SECRETS,
+  network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS,
   ca_certs = { FAKENET_CA } } -- example.com is not intercepted: its own CA
 ]] .. CHECKS .. [[
 local st = s:proxy_stats()
@@ -179,7 +190,7 @@ package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. pac
 local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
 local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
 local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
-  network_mode = "allowlist", network_allowlist = { "pypi.org", "example.com" }, secrets = SECRETS,
+  network_mode = "allowlist", network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS,
   ca_certs = { FAKENET_CA } }
 ]] .. CHECKS .. [[
 local function get(path)
@@ -210,7 +221,7 @@ out("log", srv:log())
     local before = auths()
     local res, all = run([[
 local s = sbx.session{ backend = "userns", network_mode = "allowlist",
-  network_allowlist = { "pypi.org", "example.com" }, secrets = SECRETS, ca_certs = { FAKENET_CA } }
+  network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS, ca_certs = { FAKENET_CA } }
 out("secret_host", s:exec("curl -sS --max-time 60 -H \"Authorization: Bearer $API_KEY\" https://pypi.org/auth").stdout)
 out("control", s:exec("curl -sS --max-time 60 https://example.com/hello").stdout)
 s:close()
