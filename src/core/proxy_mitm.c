@@ -401,6 +401,14 @@ bool sbx_proxy_mitm_take(struct conn *c)
 		free(mc);
 		return false; /* not a secret's host: relayed as ever */
 	}
+	pthread_mutex_lock(&m->lock);
+	bool full = m->active >= p->cfg.max_conns;
+	pthread_mutex_unlock(&m->lock);
+	if (full) { /* a thread each: bounded like the proxy's connections */
+		free(mc);
+		sbx_proxy_conn_fail(c, 502, 1, "too many intercepted connections (max_conns)");
+		return true;
+	}
 	if (mc->tls && rest) {
 		/* Bytes sent before the tunnel was up would go to TLS we
 		 * cannot feed them to: refuse rather than guess. */
