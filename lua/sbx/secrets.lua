@@ -43,7 +43,9 @@ function M.check(v)
     end
     if type(s) ~= "table" then invalid("%s: a table { value, hosts, ... } expected", name) end
     for k in pairs(s) do
-      if not KEYS[k] then invalid("%s: unknown field %s (value, hosts, header, format, insecure_http)", name, tostring(k)) end
+      if not KEYS[k] then
+        invalid("%s: unknown field %s (value, hosts, header, format, insecure_http)", name, tostring(k))
+      end
     end
     if type(s.value) ~= "string" or s.value == "" or #s.value > M.MAX_VALUE_BYTES
       or s.value:find("[%c]") then

@@ -24,7 +24,8 @@ out("curl_nokey", sh(C .. "https://pypi.org/auth").stdout)
 out("curl_own", sh(C .. "-H 'Authorization: Bearer mine' https://pypi.org/auth").stdout)
 out("requests", sh([[/usr/bin/python3 -c '
 import os, requests
-print(requests.get("https://pypi.org/auth", headers={"Authorization": "Bearer " + os.environ["API_KEY"]}).text)']]).stdout)
+h = {"Authorization": "Bearer " + os.environ["API_KEY"]}
+print(requests.get("https://pypi.org/auth", headers=h).text)']]).stdout)
 out("urllib", sh([[/usr/bin/python3 -c '
 import os, urllib.request
 r = urllib.request.Request("https://pypi.org/auth", headers={"Authorization": "Bearer " + os.environ["API_KEY"]})
@@ -48,7 +49,8 @@ out("echo", sh(C .. "-D h.txt -o b.txt -H \"Authorization: Bearer $API_KEY\" htt
 -- fake server's access log records), and echoed back as the placeholder
 out("insecure_http", sh(C .. "\"http://far.test/headers?k=$PLAIN_KEY\" -H \"X-Key: $PLAIN_KEY\"").stdout)
 out("plain_http", sh(C .. "-H \"Authorization: Bearer $API_KEY\" http://pypi.org/headers").stdout)
-out("noproxy", sh(C .. "--max-time 10 --noproxy '*' -H \"Authorization: Bearer $API_KEY\" https://pypi.org/auth; echo rc=$?").stdout)
+out("noproxy", sh(C .. "--max-time 10 --noproxy '*' -H \"Authorization: Bearer $API_KEY\" "
+  .. "https://pypi.org/auth; echo rc=$?").stdout)
 out("raw_socket", sh([[/usr/bin/python3 -c '
 import socket
 try:
@@ -238,9 +240,11 @@ local base = { backend = "userns", network_mode = "allowlist", network_allowlist
 local function with(sec) local o = {} for k, v in pairs(base) do o[k] = v end o.secrets = sec return o end
 local _, e1 = pcall(sbx.session, with { K = { value = API_KEY, hosts = { "bad host" } } })
 out("bad_host", tostring(e1))
-local _, e2 = pcall(sbx.session, with { K = { value = API_KEY, hosts = { "pypi.org" }, header = "Authorization", format = "no" } })
+local _, e2 = pcall(sbx.session, with { K = { value = API_KEY, hosts = { "pypi.org" }, header = "Authorization",
+  format = "no" } })
 out("bad_format", tostring(e2))
-local _, e3 = pcall(sbx.session, { backend = "userns", network_mode = "open", secrets = { K = { value = API_KEY, hosts = { "pypi.org" } } } })
+local _, e3 = pcall(sbx.session, { backend = "userns", network_mode = "open",
+  secrets = { K = { value = API_KEY, hosts = { "pypi.org" } } } })
 out("open_mode", tostring(e3))
 local _, e4 = pcall(sbx.session, with { K = { value = API_KEY .. "\n", hosts = { "pypi.org" } } })
 out("ctl_value", tostring(e4))
@@ -255,7 +259,9 @@ out("ctl_value", tostring(e4))
   it("lets a policy forbid, require and restrict secrets; hooks never see a value", function()
     local pdir = dir .. "/pol"
     os.execute("mkdir -p " .. F.quote(pdir))
-    local function pol(n, body) H.write_file(pdir .. "/" .. n .. ".lua", "return " .. body) return pdir .. "/" .. n .. ".lua" end
+    local function pol(n, body)
+      H.write_file(pdir .. "/" .. n .. ".lua", "return " .. body)
+    end
     local base = [[ defaults = { network_mode = "allowlist" }, ceilings = { network_mode = "allowlist" } ]]
     pol("forbid", "{" .. base .. ", secrets = { allow = false } }")
     pol("require", "{" .. base .. ", secrets = { require = { 'API_KEY' } } }")
