@@ -16,6 +16,7 @@ local errors = require "sbx.errors"
 local presets = require "sbx.presets"
 local dedent = require("sbx.dedent").dedent
 local trust = require "sbx.trust"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -40,6 +41,7 @@ M.SESSION_KEYS = {
   "shm_mb", "nofile",
   "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
   "venv", "python_venv", -- the session venv (sbx.venv)
+  "secrets",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -283,6 +285,7 @@ function M.session(opts, pol)
   -- Files are read only for callers on this host (sbxd's say who they are).
   local here = opts.caller == nil or opts.caller.origin == nil or opts.caller.origin == "local"
   if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
+  if opts.secrets ~= nil then o.secrets = secrets.check(opts.secrets) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
   -- The session venv (sbx.venv): on unless turned off; backend none has no
@@ -357,6 +360,14 @@ function M.session(opts, pol)
       ("gpus = %d needs the privileged backend (CUDA's cuInit fails in an unprivileged user "
         .. "namespace; %s has no device isolation)"):format(o.gpus, o.backend),
       'use backend = "privileged" (as root), or leave gpus unset'))
+  end
+  if o.secrets and #o.secrets > 0 and o.network_mode ~= "allowlist" then
+    invalid("secrets", 'need network_mode = "allowlist": only the allow-list proxy can put them in')
+  end
+  if o.secrets and #o.secrets > 0 and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "secrets need the session CA in a bundle of the session's own; backend none has none",
+      'use backend = "userns", or leave secrets unset'))
   end
   if o.ca_certs and o.backend == "none" then
     errors.raise(errors.BackendUnavailable("none",

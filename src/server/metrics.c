@@ -55,6 +55,8 @@ static const struct {
 	{"proxy_active", "sbxd_proxy_connections_active", "gauge", "Proxy connections open now."},
 	{"proxy_bytes_up", "sbxd_proxy_bytes_up_total", "counter", "Bytes from sandboxes out."},
 	{"proxy_bytes_down", "sbxd_proxy_bytes_down_total", "counter", "Bytes to sandboxes."},
+	{"proxy_intercepted", "sbxd_proxy_intercepted_total", "counter",
+	 "Proxy connections to a secret's host, TLS terminated to substitute it."},
 	{"proxy_lua_calls", "sbxd_proxy_lua_calls_total", "counter",
 	 "Calls from the proxy into Lua (policy verdicts and log lines, in batches)."},
 };

@@ -616,7 +616,7 @@ function M.stats()
     proxy_accepted = px.accepted or 0, proxy_allowed = px.allowed or 0,
     proxy_refused = px.refused or 0, proxy_failed = px.failed or 0, proxy_active = px.active or 0,
     proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0,
-    proxy_lua_calls = px.lua_calls or 0 }
+    proxy_lua_calls = px.lua_calls or 0, proxy_intercepted = px.intercepted or 0 }
 end
 
 function M.shutdown()
