@@ -51,7 +51,8 @@ static void drop_idmap(sbx_session *s)
 }
 
 /* bubblewrap as root: a fresh idmapped copy of each read_write_path that
- * needs one, for this run's workload to attach (idmap.c).  0, or -1. */
+ * needs one and of a pinned work dir, for this run's workload to attach
+ * (idmap.c).  0, or -1. */
 static int make_idmap(sbx_session *s, sbx_err *err)
 {
 	s->direct.n_idmap = 0;
@@ -65,6 +66,16 @@ static int make_idmap(sbx_session *s, sbx_err *err)
 		}
 		s->direct.idmap_fd[s->direct.n_idmap] = fd;
 		s->direct.idmap_path[s->direct.n_idmap++] = s->fs.e[i].src;
+	}
+	/* A pinned work dir: this run's copy over the stage (session.c). */
+	if (s->direct.bwrap_argv && s->work_stage[0] && s->direct.n_idmap < SBX_MAX_CARRY) {
+		int fd = sbx_idmap_copy("work_dir", s->work_dir, s->work_ns, err);
+		if (fd < 0) {
+			drop_idmap(s);
+			return -1;
+		}
+		s->direct.idmap_fd[s->direct.n_idmap] = fd;
+		s->direct.idmap_path[s->direct.n_idmap++] = s->work_stage;
 	}
 	return 0;
 }

@@ -20,6 +20,12 @@
  * writes as the owner, the session's filter refuses setuid and setgid mode
  * bits (seccomp.c's setid guard), so it cannot leave a setuid program of
  * the owner's (root's) on the host.
+ *
+ * A pinned work dir of another owner than the sandbox's host ids gets the
+ * same idmap (sbx_idmap_work_dir): it is never chowned, and where no idmap
+ * is possible the session is refused rather than the dir chowned.  For
+ * bubblewrap each run's copy of it goes over the stage (statedir.c), a
+ * path bwrap may walk even when the dir's own (/root/...) is closed to it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -80,19 +86,23 @@ static int map_userns(uid_t from_uid, gid_t from_gid, uid_t to_uid, gid_t to_gid
 	return fd;
 }
 
-/* A detached copy of the mount tree at path, idmapped with ns: fd, -1
- * with err, or -2 when this file system has no idmapped mounts. */
-static int tree_with(const char *path, int ns, sbx_err *err)
+/* A detached copy of the mount tree at path (nosuid, nodev), idmapped with
+ * ns unless ns is -1: fd, -1 with err (what names the path's role), or -2
+ * when this file system has no idmapped mounts. */
+static int tree_with(const char *what, const char *path, int ns, sbx_err *err)
 {
 	int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path,
 				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
 	if (tree < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno,
-				   "read_write_paths %s: open_tree: %s", path, strerror(errno));
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "%s %s: open_tree: %s", what, path,
+				   strerror(errno));
 	struct mount_attr attr;
 	memset(&attr, 0, sizeof(attr));
-	attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-	attr.userns_fd = (uint64_t)ns;
+	attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	if (ns >= 0) {
+		attr.attr_set |= MOUNT_ATTR_IDMAP;
+		attr.userns_fd = (uint64_t)ns;
+	}
 	if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr,
 		    sizeof(attr)) == 0)
 		return tree;
@@ -102,8 +112,7 @@ static int tree_with(const char *path, int ns, sbx_err *err)
 	 * bind stays. */
 	if (e == EINVAL || e == EOPNOTSUPP || e == ENOSYS || e == EPERM)
 		return -2;
-	return sbx_err_set(err, SBX_E_EXECUTION, e, "read_write_paths %s: idmap: %s", path,
-			   strerror(e));
+	return sbx_err_set(err, SBX_E_EXECUTION, e, "%s %s: idmap: %s", what, path, strerror(e));
 }
 
 int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
@@ -128,7 +137,7 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 		int ns = map_userns(st.st_uid, st.st_gid, to_uid, to_gid);
 		if (ns < 0)
 			continue;
-		int tree = tree_with(e->src, ns, err);
+		int tree = tree_with("read_write_paths", e->src, ns, err);
 		if (tree == -1 || tree == -2) {
 			close(ns);
 			if (tree == -1)
@@ -148,38 +157,76 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 	return 0;
 }
 
-void sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir)
+/* The fail-closed answer for a pinned work dir the sandbox cannot be given
+ * by an idmap: sbx never chowns the caller's dir behind their back. */
+static int work_dir_refused(const char *work_dir, uid_t owner_uid, gid_t owner_gid, uid_t to_uid,
+			    gid_t to_gid, sbx_err *err)
 {
-	/* The zygote is another uid than the host: a work dir below a dir
-	 * only root may enter (/root, 0700) would be out of its reach by
-	 * path.  A copy of its mount the host made needs no path.  Where the
-	 * host may not make one (root of a user namespace only), the bind by
-	 * path stays. */
-	for (size_t i = 0; i < fs->n; i++) {
-		sbx_fs_entry *e = &fs->e[i];
-		if (e->kind != SBX_FS_BIND || e->src != work_dir || e->mount_fd >= 0)
-			continue;
-		int tree = (int)syscall(SYS_open_tree, AT_FDCWD, work_dir,
-					OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
-		struct mount_attr attr;
-		memset(&attr, 0, sizeof(attr));
-		attr.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-		if (tree >= 0 && syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE,
-					 &attr, sizeof(attr)) != 0) {
-			close(tree);
-			tree = -1;
-		}
-		e->mount_fd = tree;
+	return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, EOPNOTSUPP,
+			   "work_dir %s: owned by %u:%u, and its file system cannot be idmapped "
+			   "to the sandbox's host ids (%u:%u here); sbx never chowns a pinned work "
+			   "dir: give it to those ids yourself (the host_uid option fixes them; "
+			   "run_uid on privileged), or leave work_dir unset",
+			   work_dir, (unsigned)owner_uid, (unsigned)owner_gid, (unsigned)to_uid,
+			   (unsigned)to_gid);
+}
+
+int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gid_t owner_gid,
+		       uid_t to_uid, gid_t to_gid, bool per_run, int *ns, sbx_err *err)
+{
+	/* A pinned dir of another owner: an idmap making that owner the
+	 * sandbox user, so the dir keeps its owner and what the sandbox
+	 * writes there is the owner's on the host. */
+	*ns = -1;
+	if (owner_uid != to_uid || owner_gid != to_gid) {
+		*ns = map_userns(owner_uid, owner_gid, to_uid, to_gid);
+		if (*ns < 0)
+			return work_dir_refused(work_dir, owner_uid, owner_gid, to_uid, to_gid,
+						err);
 	}
+	int tree = 0;
+	if (per_run) {
+		/* Each run gets its copy (sbx_idmap_copy); one now says
+		 * whether the idmap works before any run. */
+		if (*ns >= 0 && (tree = tree_with("work_dir", work_dir, *ns, err)) >= 0)
+			close(tree);
+	} else {
+		/* The zygote is another uid than the host: a work dir below a
+		 * dir only root may enter (/root, 0700) would be out of its
+		 * reach by path.  A copy of its mount the host made needs no
+		 * path.  Where the host may not make a plain one (root of a
+		 * user namespace only), the bind by path stays. */
+		for (size_t i = 0; i < fs->n && tree >= 0; i++) {
+			sbx_fs_entry *e = &fs->e[i];
+			if (e->kind != SBX_FS_BIND || e->src != work_dir || e->mount_fd >= 0)
+				continue;
+			tree = tree_with("work_dir", work_dir, *ns, err);
+			e->mount_fd = tree < 0 ? -1 : tree;
+			if (tree < 0 && *ns < 0)
+				tree = 0;
+		}
+	}
+	if (tree >= 0)
+		return 0;
+	close(*ns);
+	*ns = -1;
+	if (tree == -1) /* open_tree failed: its error stands */
+		return -1;
+	return work_dir_refused(work_dir, owner_uid, owner_gid, to_uid, to_gid, err);
+}
+
+int sbx_idmap_copy(const char *what, const char *path, int ns, sbx_err *err)
+{
+	int tree = tree_with(what, path, ns, err);
+	if (tree == -2)
+		return sbx_err_set(err, SBX_E_EXECUTION, EINVAL, "%s %s: its idmap was refused",
+				   what, path);
+	return tree;
 }
 
 int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err)
 {
-	int tree = tree_with(e->src, e->idmap_ns, err);
-	if (tree == -2)
-		return sbx_err_set(err, SBX_E_EXECUTION, EINVAL,
-				   "read_write_paths %s: its idmap was refused", e->src);
-	return tree;
+	return sbx_idmap_copy("read_write_paths", e->src, e->idmap_ns, err);
 }
 
 int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg)

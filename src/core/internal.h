@@ -160,10 +160,19 @@ struct sbx_zygote_cfg;
 int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
 		      bool per_run, bool *any, sbx_err *err);
 int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err);
-/* As root, native backends: the work dir's entries (src == work_dir) get a
- * copy of its mount the host made (e->mount_fd), which the zygote attaches
- * without a path it might not be allowed to walk (where the host may). */
-void sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir);
+/* As root: the work dir owned by owner_uid/gid, seen by the sandbox's host
+ * ids to_uid/gid.  Another owner (a pinned dir) gets an idmap mapping it to
+ * them (*ns: its user namespace, else -1); no idmap possible: refused
+ * (InvalidArgument), never a chown.  Native backends: the work dir's
+ * entries (src == work_dir) get a copy of its mount (e->mount_fd), which
+ * the zygote attaches without a path it might not be allowed to walk;
+ * per_run (bubblewrap): only *ns, each run copies (sbx_idmap_copy).  0, or
+ * -1 with err. */
+int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gid_t owner_gid,
+		       uid_t to_uid, gid_t to_gid, bool per_run, int *ns, sbx_err *err);
+/* A detached nosuid, nodev copy of path's mount, idmapped with ns unless
+ * -1 (what names path's role in errors): fd, or -1 with err. */
+int sbx_idmap_copy(const char *what, const char *path, int ns, sbx_err *err);
 void sbx_idmap_close(sbx_rootfs *fs, bool all);
 /* In a bubblewrap run's workload, still root: a mount namespace of its
  * own with cfg's idmapped copies over their paths.  0, or -1 with errno. */

@@ -187,7 +187,8 @@ int sbx_session_close(sbx_session *s, sbx_err *err);
 const char *sbx_session_work_dir(const sbx_session *s);
 /* An O_PATH|O_DIRECTORY fd on the work dir, owned by the session. */
 int sbx_session_work_dir_fd(const sbx_session *s);
-/* Host uid/gid that own files the sandbox writes. */
+/* Host uid/gid that own files the sandbox writes in its work dir (a
+ * pinned dir's own owner when root idmapped it to the sandbox). */
 uid_t sbx_session_host_uid(const sbx_session *s);
 gid_t sbx_session_host_gid(const sbx_session *s);
 /* The session's id: 32 hex chars (128 random bits), owned by the session. */

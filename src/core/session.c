@@ -283,12 +283,12 @@ int sbx_session_work_dir_fd(const sbx_session *s)
 
 uid_t sbx_session_host_uid(const sbx_session *s)
 {
-	return s->host_uid;
+	return s->work_uid;
 }
 
 gid_t sbx_session_host_gid(const sbx_session *s)
 {
-	return s->host_gid;
+	return s->work_gid;
 }
 
 const char *sbx_session_id(const sbx_session *s)
@@ -526,6 +526,36 @@ static bool strv_dup(const char *const *v, char ***out)
 	return true;
 }
 
+/*
+ * As root, the copies of the work dir's mount the sandbox gets (idmap.c).
+ * A pinned dir of another owner is idmapped to the sandbox's host ids
+ * (never chowned; *idmapped: the setid guard applies).  bubblewrap binds
+ * by path and walks it as the sandbox's host uid, so a pinned dir goes
+ * through the stage instead (a copy each run attaches there), which that
+ * uid may walk even when the dir's own path (/root/...) is closed to it.
+ */
+static int work_dir_copies(sbx_session *s, const sbx_session_opts *o, bool *idmapped, sbx_err *err)
+{
+	if (!s->pinned && s->none)
+		return 0; /* fresh: sbx's own dir, walkable by that uid */
+	if (sbx_idmap_work_dir(&s->fs, s->work_dir, s->work_uid, s->work_gid, s->host_uid,
+			       s->host_gid, s->none, &s->work_ns, err) < 0)
+		return -1;
+	*idmapped = *idmapped || s->work_ns >= 0;
+	if (!s->none) {
+		if (s->work_ns >= 0)
+			close(s->work_ns); /* the copies hold it */
+		s->work_ns = -1;
+		return 0;
+	}
+	if (sbx_statedir_stage(s, o, err) < 0)
+		return -1;
+	for (size_t i = 0; i < s->fs.n; i++)
+		if (s->fs.e[i].kind == SBX_FS_BIND && s->fs.e[i].src == s->work_dir)
+			s->fs.e[i].src = s->work_stage;
+	return 0;
+}
+
 sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 {
 	struct sock_fprog *prog = NULL;
@@ -553,7 +583,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (!s)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	s->zygote = -1;
-	s->ctl_fd = s->work_fd = s->lock_fd = s->proxy_listener = -1;
+	s->ctl_fd = s->work_fd = s->lock_fd = s->proxy_listener = s->work_ns = -1;
 	s->inbox[0] = s->inbox[1] = -1;
 	s->max_idle = o->pids_max ? o->pids_max / 16 : MAX_IDLE;
 	if (s->max_idle > MAX_IDLE)
@@ -582,6 +612,12 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (sbx_statedir_prepare(s, o, err) < 0 ||
 	    (s->be->ids_own && s->be->ids_own(s, o, err) < 0))
 		goto fail;
+	/* Only a pinned dir the sandbox reaches through an idmap keeps an
+	 * owner of its own (work_dir_copies). */
+	if (!s->pinned || geteuid() != 0 || !s->be->own_root) {
+		s->work_uid = s->host_uid;
+		s->work_gid = s->host_gid;
+	}
 	if (o->disk_bytes && mount_disk(s, o->disk_bytes, err) < 0)
 		goto fail;
 	if (o->gpus) {
@@ -602,8 +638,8 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (s->be->own_root &&
 	    sbx_idmap_prepare(&s->fs, o, s->host_uid, s->host_gid, s->none, &idmapped, err) < 0)
 		goto fail;
-	if (s->be->own_root && !s->none && geteuid() == 0)
-		sbx_idmap_work_dir(&s->fs, s->work_dir);
+	if (s->be->own_root && geteuid() == 0 && work_dir_copies(s, o, &idmapped, err) < 0)
+		goto fail;
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
 	prog = sbx_seccomp_compile_setid(o->seccomp_deny, o->seccomp_allow, idmapped, err);
@@ -742,6 +778,8 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
 	sbx_idmap_close(&s->fs, true);
+	if (s->work_ns >= 0)
+		close(s->work_ns);
 	sbx_rootfs_free(&s->fs);
 	for (size_t i = 0; s->open_deny && s->open_deny[i]; i++)
 		free(s->open_deny[i]);

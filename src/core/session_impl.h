@@ -35,6 +35,14 @@ struct sbx_session {
 	gid_t inside_gid;
 	uid_t aux_uid; /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
 	bool pinned;
+	/* Host ids that own what the sandbox writes in its work dir: the
+	 * host ids, or a pinned dir's owner (idmapped to them, idmap.c). */
+	uid_t work_uid;
+	gid_t work_gid;
+	int work_ns; /* bubblewrap: a pinned dir's idmap (its userns), or -1 */
+	/* bubblewrap as root, pinned: where each run attaches its copy of the
+	 * work dir, for bwrap to bind by a path it may walk; or "". */
+	char work_stage[PATH_MAX];
 	char id[33];
 	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
 	char work_dir[PATH_MAX];
@@ -161,6 +169,10 @@ int sbx_ids_privileged_own(sbx_session *s, const sbx_session_opts *o, sbx_err *e
 /* statedir.c: the session's id, its dir below the state dir (or the pinned
  * work dir), swept of dead sessions' leftovers first; 0 or -1 with err. */
 int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+/* bubblewrap as root, pinned: s->work_stage, an empty dir of root's in the
+ * state dir that each run's copy of the work dir is attached over; 0 or -1
+ * with err. */
+int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 /* Remove a session dir and everything in it (not crossing mounts). */
 int sbx_statedir_remove(const char *dir);
 

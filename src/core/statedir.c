@@ -106,6 +106,10 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENOTDIR,
 					   "work_dir %s: not a directory", o->work_dir);
 		s->pinned = true;
+		/* Never chowned: the sandbox gets it through an idmap
+		 * (idmap.c) that keeps this owner. */
+		s->work_uid = st.st_uid;
+		s->work_gid = st.st_gid;
 	} else {
 		const char *state =
 			o->state_dir ? o->state_dir : default_state_dir(buf, sizeof(buf));
@@ -137,13 +141,33 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
 					   s->work_dir, strerror(errno));
 	}
-	if (geteuid() == 0 && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
+	if (!s->pinned && geteuid() == 0 && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s to %u: %s", s->work_dir,
 				   (unsigned)s->host_uid, strerror(errno));
 	s->work_fd = open(s->work_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (s->work_fd < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", s->work_dir,
 				   strerror(errno));
+	return 0;
+}
+
+int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	char buf[PATH_MAX];
+	struct stat st;
+	const char *state = o->state_dir ? o->state_dir : default_state_dir(buf, sizeof(buf));
+
+	if (state[0] != '/' || snprintf(s->work_stage, sizeof(s->work_stage), "%s/bwrap-work",
+					state) >= (int)sizeof(s->work_stage))
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+				   "state_dir %s: must be absolute and short", state);
+	/* Empty on the host for good: each run's copy is attached over it in
+	 * that run's own mount namespace (idmap.c). */
+	if (mkdir_owned(state, 0711, err) < 0 || mkdir_owned(s->work_stage, 0755, err) < 0)
+		return -1;
+	if (lstat(s->work_stage, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOTDIR, "%s: not a directory of root's",
+				   s->work_stage);
 	return 0;
 }
 

@@ -66,6 +66,14 @@ end
 
 local function q(s) return "'" .. tostring(s):gsub("'", "'\\''") .. "'" end
 
+-- A host path's owner, uid:gid.
+local function owner(path)
+  local p = io.popen("stat -c %u:%g " .. q(path))
+  local o = p:read("*l")
+  p:close()
+  return o
+end
+
 -- ---------------------------------------------------------------------
 -- Row 4: dedent
 -- ---------------------------------------------------------------------
@@ -165,8 +173,8 @@ for _, be in ipairs(BACKENDS) do
     end)
 
     -- /root is 0700: only a copy of the mount the host made reaches it
-    -- (bwrap walks the path as the sandbox's host uid).
-    local root_it = (is_root and be ~= "bubblewrap") and it or pending
+    -- (bubblewrap: a copy each run attaches at a path bwrap may walk).
+    local root_it = is_root and it or pending
     root_it("row 3: a work dir under /root (0700) works at both paths; nothing else of /root shows", function()
       local p = io.popen("mktemp -d /root/sbx-flow.XXXXXX")
       local work = p:read("*l")
@@ -178,6 +186,61 @@ for _, be in ipairs(BACKENDS) do
       assert.equal(0, r.returncode, T.show(r))
       assert.equal("hi\n.\n..\n" .. work:sub(7) .. "\n", r.stdout)
       assert.equal("hi\n", T.read_file(work .. "/f"))
+    end)
+
+    -- A pinned dir is never chowned: an idmap makes its owner the
+    -- sandbox user, so what the sandbox writes is that owner's on the host.
+    for _, who in ipairs { "4242:4242", "0:0" } do
+      root_it("a pinned work dir owned by " .. who .. " keeps its owner; what the sandbox writes is " .. who .. "'s", function()
+        local p = io.popen("mktemp -d /var/tmp/sbx-flow-own.XXXXXX")
+        local work = p:read("*l")
+        p:close()
+        defer(function() os.execute("rm -rf " .. q(work)) end)
+        write(work .. "/existing", "theirs\n")
+        assert.equal(0, os.execute(("chmod 755 %s && chown -R %s %s"):format(q(work), who, q(work))))
+        local s = session { work_dir = work }
+        defer(function() s:close() end)
+        -- Inside, the dir and its owner's files are the sandbox user's.
+        local r = s:exec(("echo more >> existing; echo hi > %s/f; mkdir sub && echo y > sub/z; "
+          .. "[ \"$(stat -c %%u . existing)\" = \"$(id -u)\n$(id -u)\" ] && echo mine"):format(q(work)))
+        assert.equal(0, r.returncode, T.show(r))
+        assert.equal("mine\n", r.stdout)
+        -- put_bytes and get_bytes on the host side, the sandbox's view agrees.
+        s:put_bytes("in/p.txt", "staged")
+        assert.equal("staged+\n", s:exec("echo + >> in/p.txt && cat in/p.txt").stdout)
+        assert.equal("hi\n", s:get_bytes("f"))
+        assert.equal("theirs\nmore\n", T.read_file(work .. "/existing"))
+        for _, f in ipairs { "", "/existing", "/f", "/sub", "/sub/z", "/in", "/in/p.txt" } do
+          assert.equal(who, owner(work .. f), work .. f)
+        end
+        -- The setid guard holds where the sandbox writes as the owner.
+        r = s:exec("cp /bin/true t && chmod u+s t")
+        assert.matches("Operation not permitted", r.stderr)
+        s:close()
+        assert.equal(who, owner(work))
+      end)
+    end
+
+    root_it("a pinned work dir that cannot be idmapped (ramfs) is refused, never chowned", function()
+      local p = io.popen("mktemp -d /var/tmp/sbx-flow-ramfs.XXXXXX")
+      local work = p:read("*l")
+      p:close()
+      defer(function() os.execute("umount " .. q(work) .. "; rmdir " .. q(work)) end)
+      assert.equal(0, os.execute("mount -t ramfs sbx-flow " .. q(work) .. " && chmod 755 " .. q(work)))
+      os.execute("chown 4242:4242 " .. q(work))
+      local e = T.expect("InvalidArgument", session, { work_dir = work })
+      assert.matches("cannot be idmapped", tostring(e))
+      assert.equal("4242:4242", owner(work))
+      -- Control: given to the sandbox's host ids, the same dir needs no
+      -- idmap and works (privileged's ids are the session's own: the
+      -- Lua API cannot fix them in advance).
+      if be == "privileged" then return end
+      local ids = 231072
+      os.execute(("chown %d:%d %s"):format(ids, ids, q(work)))
+      local s = session { work_dir = work }
+      defer(function() s:close() end)
+      assert.equal(0, s:exec("echo hi > f").returncode)
+      assert.equal(ids .. ":" .. ids, owner(work .. "/f"))
     end)
 
     it("row 4: an indented python script runs (the reference's example)", function()
@@ -251,12 +314,6 @@ local function root_dir(base)
   return d
 end
 
-local function owner(path)
-  local p = io.popen("stat -c %u:%g " .. q(path))
-  local o = p:read("*l")
-  p:close()
-  return o
-end
 
 for _, be in ipairs(BACKENDS) do
   -- Only a root host side maps ids (else the sandbox user is the caller).
