@@ -502,4 +502,8 @@ int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 /* Kill pasta (and nft or the watcher while starting) and reap them.  Safe on an initialized one. */
 void sbx_opennet_stop(sbx_opennet *on);
 
+/* Reap a child already killed from a detached thread (reaper.c), so the
+ * caller does not wait out its exit; blocking when no thread can start. */
+void sbx_reap_later(pid_t pid);
+
 #endif
