@@ -501,6 +501,9 @@ int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 		      sbx_err *err);
 /* Kill pasta (and nft or the watcher while starting) and reap them.  Safe on an initialized one. */
 void sbx_opennet_stop(sbx_opennet *on);
+/* The same, but pasta, killed, is reaped by a thread (sbx_reap_later):
+ * its exit tears down its tap device, ~35 ms here (session close). */
+void sbx_opennet_stop_nowait(sbx_opennet *on);
 
 /* Reap a child already killed from a detached thread (reaper.c), so the
  * caller does not wait out its exit; blocking when no thread can start. */

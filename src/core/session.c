@@ -687,7 +687,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (!s)
 		return 0;
 	s->be->stop(s);
-	sbx_opennet_stop(&s->open);
+	sbx_opennet_stop_nowait(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
 	for (int m = 0; m < SBX_NET_NMODES; m++) {
