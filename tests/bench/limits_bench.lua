@@ -206,7 +206,7 @@ do
   local a, b = {}, {}
   for r = 1, rounds do
     a[r] = open_at_once(20)
-    b[r] = opens({ backend = "userns" }, 5)
+    b[r] = opens({ backend = "userns" }, 10)
   end
   local ratio = median(a) / median(b)
   row("20 sessions opened at once, total", median(a), "one open", median(b), "<= 5x", ratio <= 5)
