@@ -62,6 +62,7 @@ local errors = require "sbx.errors"
 local narrow = require "sbx.policy.narrow"
 local options = require "sbx.options"
 local policy = require "sbx.policy"
+local policy_files = require "sbx.policy.files"
 local process = require "sbx.process"
 local trust = require "sbx.trust"
 local venv = require "sbx.venv"
@@ -87,6 +88,24 @@ local function core()
   end
   core_module = mod
   return mod
+end
+
+-- Engines of the policy files sessions were opened with, each kept while
+-- its file's text stays the same: compiling a policy costs about a
+-- millisecond, most of what sbx.session spends in Lua.  Sessions of one
+-- file share its engine (and its hooks' state), as sbxd's do.
+local engines = {}
+local function engine_for(p)
+  if p ~= nil and type(p) ~= "string" then return policy.engine_for(p) end
+  local file = policy_files.resolve(p)
+  local f = io.open(file, "rb")
+  local text = f and f:read("*a")
+  if f then f:close() end
+  local e = engines[file]
+  if text and e and e.current.source == text then return e end
+  e = policy.engine_for(p)
+  engines[file] = e
+  return e
 end
 
 local function random_hex(nbytes)
@@ -195,7 +214,7 @@ function M.open(opts)
   end
   options.check_keys(opts, options.SESSION_KEYS, "session")
   -- opts.policy: a path, or a shared (reloadable) policy engine.
-  local pol = policy.engine_for(opts.policy)
+  local pol = engine_for(opts.policy)
   local c = core()
   local o, gen = pol:admit_session(opts, {
     realpath = c and function(p) return (c.realpath(p)) end,

@@ -159,8 +159,8 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	}
 	cfg.memory_limited = s->cg.oom_path[0] != '\0';
 	/* Inits serve run after run where the host made an inbox for them
-	 * (not with a memory ceiling: a memory-limited run lives in a cgroup
-	 * of its own, which its init joins and dies with). */
+	 * (with a memory ceiling an init stays in its run cgroup, which
+	 * then serves its runs one after another: cgroup.c). */
 	cfg.reuse = s->inbox[0] >= 0;
 	size_t nc = 0;
 	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
@@ -242,9 +242,8 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 	}
 	/* Runs give inits back here (cfg.reuse in zygote_child); never
 	 * blocking a run's end: a full inbox lets the init go. */
-	if (!s->cg.oom_path[0] && s->max_idle &&
-	    (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->inbox) !=
-	     0)) {
+	if (s->max_idle && (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
+				       s->inbox) != 0)) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}

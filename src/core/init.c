@@ -267,6 +267,10 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	 * suspended until we exec: start_workload). */
 	if (say_ready && send(hsock, "r", 1, MSG_NOSIGNAL) != 1)
 		_exit(0);
+	/* With a memory ceiling the host raises our OOM score before it
+	 * sends the request: a fresh init's workload says it exists ("w"). */
+	if (!say_ready && cfg->memory_limited && send(hsock, "w", 1, MSG_NOSIGNAL) != 1)
+		_exit(0);
 	recv_request(hsock, &req, payload, fds);
 	int status_fd = fds[3];
 	if (what) {
@@ -507,8 +511,8 @@ static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 }
 
 /*
- * Fork the workload (child: it never returns).  Without a memory ceiling
- * with vfork: init has nothing to do until the workload has the request
+ * Fork the workload (child: it never returns), with vfork: init has
+ * nothing to do until the workload has the request
  * and execs (signals the host sends meanwhile wait on the signalfd, and a
  * workload that dies first wakes us as well), so the workload may borrow
  * init's memory until then.  That spares a run the copy of init's page
@@ -517,15 +521,16 @@ static __attribute__((noreturn)) void refuse(int hsock, const char *why)
  * its own frames (below ours) and its own statics, and changes only
  * per-task state (ids, capabilities, rlimits, seccomp, signal mask, fds:
  * not shared by vfork).  With a memory ceiling the host must see the
- * workload ("w") before it sends the request, so init has to run on:
- * fork.  noinline: the vfork stays in this frame, which the child never
- * returns from.
+ * workload before it sends the request: the workload itself says so
+ * ("w", or "r" when reused), as init is suspended until it execs.
+ * noinline: the vfork stays in this frame, which the child never returns
+ * from.
  */
 static __attribute__((noinline)) pid_t start_workload(const struct sbx_zygote_cfg *cfg, int hsock,
 						      const int wsock[2], int sfd, bool say_ready)
 {
 	pid_t init_pid = getpid();
-	pid_t pid = cfg->memory_limited ? fork() : vfork();
+	pid_t pid = vfork();
 
 	if (pid == 0) {
 		close(wsock[0]);
@@ -585,7 +590,8 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 			_exit(1);
 		refuse(hsock, strerror(errno));
 	}
-	if (cfg->memory_limited)
+	/* (A reused init stays in the run cgroup it was placed in.) */
+	if (cfg->memory_limited && !reused)
 		wait_placed(cfg, hsock);
 	/* At a pids ceiling keep trying for a while, or the next run would
 	 * get this init's refusal although the bomb is long over. */
@@ -599,11 +605,6 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 						"ceiling"
 					      : strerror(errno));
 	}
-	/* With a memory ceiling the host raises the run's OOM score when it
-	 * takes the run: tell it the workload exists (fork has returned, so
-	 * it is listed among our children) before it looks. */
-	if (cfg->memory_limited)
-		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
 	close(wsock[1]);
 	/* The request goes straight to the workload. */
 	if (!cfg->reuse)

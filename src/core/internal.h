@@ -390,6 +390,8 @@ typedef struct sbx_run_cgroup {
 	char oom_path[PATH_MAX];    /* its memory.events / memory.oom_control */
 	int64_t oom_base;	    /* its oom_kill count when made */
 	struct sbx_cg_tally *tally; /* the session's, shared */
+	uint32_t seq;		    /* its name: run-<seq> */
+	bool ready;		    /* a given-back init's: its workload said "r" (no "w" comes) */
 } sbx_run_cgroup;
 
 const char *sbx_cgroup_default_root(void);
@@ -436,6 +438,17 @@ int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sb
 int sbx_cgroup_run_claim(const sbx_run_cgroup *rc, int pidfd);
 /* The run's own oom_kill count, or -1. */
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc);
+/* Init reuse at a memory ceiling: an init whose run ended
+ * cleanly keeps its run cgroup (only it is left in there: its PID
+ * namespace is empty) and goes back to the session with rc's seq.
+ * idle: its init's OOM score back to an idle run's (500).  release: rc
+ * let go of, the cgroup left as it is.  adopt: rc again for the session's next run
+ * of that init, its OOM counter read now.  drop: an idle init let go,
+ * its cgroup emptied and removed (or kept as the spare). */
+void sbx_cgroup_run_idle(int pidfd);
+void sbx_cgroup_run_release(sbx_run_cgroup *rc);
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, sbx_run_cgroup *rc);
+void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq);
 /* SIGKILL every process of the run (v2: cgroup.kill; else pid by pid
  * until the list is empty, a bounded number of passes); how many were
  * still listed at the last pass (0: empty). */
@@ -497,6 +510,13 @@ uint64_t sbx_session_expire_at_ms(const sbx_session *s);
  * sbx_proto_offer with the init's pidfd and request socket), or -1 when
  * the session's inits serve one run each. */
 int sbx_session_reuse_fd(const sbx_session *s);
+/* The message a run gives its init back with (and the init's pidfd and
+ * request socket): with a memory ceiling cg_seq names the run cgroup the
+ * init stays in (run-<cg_seq>), 0 otherwise. */
+struct sbx_back {
+	struct sbx_proto_offer off;
+	uint32_t cg_seq;
+};
 
 /* uid/gid maps (userns.c): 1000 -> host_uid/host_gid; with aux != 0 (host
  * side root) also 0 -> aux and 65534 -> aux + 1, uids and gids alike. */
@@ -541,5 +561,12 @@ int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 		      sbx_err *err);
 /* Kill pasta (and nft or the watcher while starting) and reap them.  Safe on an initialized one. */
 void sbx_opennet_stop(sbx_opennet *on);
+/* The same, but pasta, killed, is reaped by a thread (sbx_reap_later):
+ * its exit tears down its tap device, ~35 ms here (session close). */
+void sbx_opennet_stop_nowait(sbx_opennet *on);
+
+/* Reap a child already killed from a detached thread (reaper.c), so the
+ * caller does not wait out its exit; blocking when no thread can start. */
+void sbx_reap_later(pid_t pid);
 
 #endif

@@ -126,7 +126,7 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 	return which == 0 ? p[0] : p[1];
 }
 
-/* A memory-limited run's init says "w" once it has forked its workload;
+/* A memory-limited run's workload says "w" once it is forked;
  * false when it died first (the caller takes another). */
 static bool workload_forked(int sock)
 {
@@ -157,7 +157,8 @@ static int ready_limited(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *cg
 		if (send(sock, "P", 1, MSG_NOSIGNAL) != 1)
 			return 1;
 	}
-	return workload_forked(sock) && sbx_cgroup_run_claim(cg, pidfd) == 0 ? 0 : 1;
+	/* A given-back init's workload said "r" instead (session.c). */
+	return (cg->ready || workload_forked(sock)) && sbx_cgroup_run_claim(cg, pidfd) == 0 ? 0 : 1;
 }
 
 /* Hand the request to the session's warm init.  One that died before we
@@ -504,22 +505,30 @@ static void finish(sbx_run *r)
 			res->signo = SIGKILL;
 		}
 	}
+	/* Its init reported and we never signalled it: it serves the
+	 * session's next run (init.c), with a memory ceiling in the same run
+	 * cgroup (only init is left in it: its PID namespace is empty).
+	 * Otherwise, or when the session is gone or its inbox full, closing
+	 * the socket ends it. */
+	bool back = false;
+	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
+	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
+		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode}, r->cg.seq};
+		int fds[2] = {r->pidfd, r->sock};
+		/* Idle again before the session can take it. */
+		if (r->cg.version)
+			sbx_cgroup_run_idle(r->pidfd);
+		back = sbx_proto_send_fds(r->reuse_fd, &msg, sizeof(msg), fds, 2) == 0;
+	}
 	/* Nothing of the run outlives it (backend "none" has no PID namespace
 	 * to end it): what is left in its cgroup is killed as it goes (or is
 	 * kept for the next run, when empty). */
-	if (r->cg.version)
+	if (r->cg.version && back)
+		sbx_cgroup_run_release(&r->cg);
+	else if (r->cg.version)
 		sbx_cgroup_run_remove(&r->cg);
 	if (res->term == SBX_TERM_OOM && r->oom_path)
 		settle_memory(r->oom_path);
-	/* Its init reported and we never signalled it: it serves the
-	 * session's next run (init.c).  Otherwise, or when the session is
-	 * gone or its inbox full, closing the socket ends it. */
-	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
-	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
-		struct sbx_proto_offer back = {SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode};
-		int fds[2] = {r->pidfd, r->sock};
-		(void)sbx_proto_send_fds(r->reuse_fd, &back, sizeof(back), fds, 2);
-	}
 	r->done = true;
 	close_fd(&r->pidfd);
 	close_fd(&r->sock);

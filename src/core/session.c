@@ -112,30 +112,45 @@ int sbx_pool_send_want(sbx_session *s, uint32_t mode)
 	return send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -1 : 0;
 }
 
+/* Let an idle init go: closing its socket ends it; with a memory
+ * ceiling its run cgroup goes too. */
+static void drop_idle(sbx_session *s, int sock, int pidfd, uint32_t cg_seq)
+{
+	close(sock);
+	close(pidfd);
+	if (cg_seq)
+		sbx_cgroup_run_drop(&s->cg, cg_seq);
+}
+
 /* Move what runs gave back into idle; past max_idle they are let go. */
 static void drain_inbox(sbx_session *s)
 {
-	struct sbx_proto_offer back;
+	struct sbx_back back;
 	int fds[2];
 	size_t nfds;
 
 	while (sbx_proto_recv_fds(s->inbox[0], &back, sizeof(back), fds, 2, &nfds) ==
 	       (ssize_t)sizeof(back)) {
-		sbx_net m = (sbx_net)back.mode;
-		if (nfds == 2 && back.magic == SBX_PROTO_MAGIC && m < SBX_NET_NMODES &&
+		sbx_net m = (sbx_net)back.off.mode;
+		if (nfds == 2 && back.off.magic == SBX_PROTO_MAGIC && m < SBX_NET_NMODES &&
 		    s->n_idle[m] < s->max_idle) {
 			s->idle[m][s->n_idle[m]].pidfd = fds[0];
+			s->idle[m][s->n_idle[m]].cg_seq = back.cg_seq;
 			s->idle[m][s->n_idle[m]++].sock = fds[1];
 			continue;
 		}
-		for (size_t i = 0; i < nfds; i++)
-			close(fds[i]);
+		if (nfds == 2)
+			drop_idle(s, fds[1], fds[0], back.cg_seq);
+		else
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
 	}
 }
 
-/* An idle init of mode that said it is ready; those found gone are
- * dropped, those still getting ready stay.  Never waits. */
-static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
+/* An idle init of mode that said it is ready (with a memory ceiling, *rc
+ * its run cgroup); those found gone are dropped, those still getting
+ * ready stay.  Never waits. */
+static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc)
 {
 	size_t k = 0;
 	bool found = false;
@@ -143,18 +158,20 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
 	drain_inbox(s);
 	for (size_t i = 0; i < s->n_idle[mode]; i++) {
 		int fd = s->idle[mode][i].sock, pfd = s->idle[mode][i].pidfd;
+		uint32_t seq = s->idle[mode][i].cg_seq;
 		if (!found) {
 			char c;
 			ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
 			if (n == 1 && c == 'r') {
 				*sock = fd;
 				*pidfd = pfd;
+				sbx_cgroup_run_adopt(&s->cg, seq, rc);
+				rc->ready = true;
 				found = true;
 				continue;
 			}
 			if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
-				close(fd);
-				close(pfd);
+				drop_idle(s, fd, pfd, seq);
 				continue;
 			}
 		}
@@ -215,7 +232,7 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 				   "the session is still setting up (sbx_session_finish first)");
 	/* A given-back init that is ready costs the zygote nothing, and asks
 	 * for no new offer. */
-	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd))
+	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
 		return 0;
 	/* Every offer we take (used, set aside or dropped) asks for the
 	 * next one, in the mode of the run that took it: the zygote prepares
@@ -750,7 +767,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (!s)
 		return 0;
 	s->be->stop(s);
-	sbx_opennet_stop(&s->open);
+	sbx_opennet_stop_nowait(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
 	sbx_ownnet_close(s);
@@ -760,6 +777,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	}
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		for (size_t i = 0; i < s->n_idle[m]; i++) {
+			/* (Their run cgroups go with the session's.) */
 			close(s->idle[m][i].sock);
 			close(s->idle[m][i].pidfd);
 		}

@@ -85,6 +85,7 @@ struct sbx_session {
 	int inbox[2];
 	struct {
 		int sock, pidfd;
+		uint32_t cg_seq; /* with a memory ceiling: its run cgroup (cgroup.c) */
 	} idle[SBX_NET_NMODES][MAX_IDLE];
 	size_t n_idle[SBX_NET_NMODES];
 	size_t max_idle;

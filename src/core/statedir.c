@@ -133,11 +133,16 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 		if (mkdir(s->session_dir, 0711) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
 					   s->session_dir, strerror(errno));
-		char lock[PATH_MAX];
+		/* The lock is made under another name and renamed once held:
+		 * another process's sweep, finding "lock" unheld in between,
+		 * would take it for a dead session's and remove the dir (seen
+		 * with many sessions opening at once). */
+		char lock[PATH_MAX], fresh[PATH_MAX];
 		snprintf(lock, sizeof(lock), "%.4000s/lock", s->session_dir);
-		s->lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		snprintf(fresh, sizeof(fresh), "%.4000s/lock.new", s->session_dir);
+		s->lock_fd = open(fresh, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0 ||
-		    mkdir(s->work_dir, 0700) != 0)
+		    rename(fresh, lock) != 0 || mkdir(s->work_dir, 0700) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
 					   s->work_dir, strerror(errno));
 	}
@@ -173,5 +178,15 @@ int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 
 int sbx_statedir_remove(const char *dir)
 {
+	char path[PATH_MAX];
+	/* Mostly what the session made and nothing more (its lock, an empty
+	 * work dir): three calls, not a walk (nftw's opens and stats were a
+	 * tenth of a close).  Anything else: the walk. */
+	snprintf(path, sizeof(path), "%.4000s/work", dir);
+	if (rmdir(path) == 0 || errno == ENOENT) {
+		snprintf(path, sizeof(path), "%.4000s/lock", dir);
+		if ((unlink(path) == 0 || errno == ENOENT) && rmdir(dir) == 0)
+			return 0;
+	}
 	return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }

@@ -2,6 +2,7 @@
 # run.sh: the benchmarks (make bench): builds the peer timer
 # (sbx-bench-peer) and sbxlua in BUILD_DIR, then runs exec_latency.lua,
 # which times s:exec("/bin/true") and the peers in the same run,
+# limits_bench.lua (issue 18: the run and open paths against their limits),
 # backend_bench.lua (open/close and exec latency per backend),
 # policy_overhead.lua, the policy engine's time per run, and
 # remote_bench.lua, sbxd's HTTP/2 API against on-device,
@@ -21,6 +22,10 @@ build=${1:-build}
 shift || true
 cmake --build "$build" -j"$(nproc)" --target sbx-bench-peer sbxlua >/dev/null
 "$build/bin/sbxlua" tests/bench/exec_latency.lua --peer "$build/bin/sbx-bench-peer" "$@"
+# Issue 18's run and open figures next to their limits, side by side in
+# alternating rounds, as ratios.
+echo
+"$build/bin/sbxlua" tests/bench/limits_bench.lua --peer "$build/bin/sbx-bench-peer"
 # Per backend, side by side: session open+close and exec("/bin/true") latency (issue 6).
 echo
 "$build/bin/sbxlua" tests/bench/backend_bench.lua 2>/dev/null
