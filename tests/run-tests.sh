@@ -10,7 +10,7 @@
 # failed, when a runner did not report, or when no test ran at all.
 #
 # usage: tests/run-tests.sh [BUILD_DIR [busted args...]]   (default: build-test)
-# env:   SBX_SPEC_TIMEOUT (s, default 480), SBX_UNIT_TIMEOUT (s, default 180)
+# env:   SBX_SPEC_TIMEOUT (s, default 1500), SBX_UNIT_TIMEOUT (s, default 180)
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -99,7 +99,7 @@ if ((${#spec_dirs[@]})); then
 	# busted ends with, closes the Lua state first, so what Lua still held is
 	# freed, not reported).  If LSan ever misfires in the processes that clone
 	# into namespaces, run with ASAN_OPTIONS=detect_leaks=0: it passes through.
-	timeout -k 10 "${SBX_SPEC_TIMEOUT:-480}" \
+	timeout -k 10 "${SBX_SPEC_TIMEOUT:-1500}" \
 		"$build/bin/sbxlua" /usr/bin/busted -o utfTerminal "$@" "${spec_dirs[@]}" \
 		</dev/null 2>&1 | tee "$log/busted"
 	busted_rc=${PIPESTATUS[0]}
