@@ -98,6 +98,21 @@ n:close()
 end)
 
 describe("the REPL as a newcomer types it", function()
+  it("Tab after s: offers the session's API, not sbxd's plumbing (admit_run, warm_fd, ...)", function()
+    local complete = require "sbx.complete"
+    local s = sbx.session { backend = "userns" }
+    finally(function() s:close() end)
+    local got = {}
+    for _, c in ipairs(complete.candidates("s:", "s:", { s = s })) do got[c] = true end
+    for _, m in ipairs { "run", "exec", "run_code", "put_bytes", "get_bytes", "handle", "close", "alive" } do
+      assert.is_true(got["s:" .. m], m)
+    end
+    for _, m in ipairs { "admit_run", "warm_fd", "start_run", "open_file", "limits", "is_closed" } do
+      assert.are.equal("function", type(s[m]), m) -- control: the method is there
+      assert.is_nil(got["s:" .. m], m)
+    end
+  end)
+
   local dir
   setup(function() dir = H.mktemp_dir("trialrepl") end)
   teardown(function() if dir then H.rmtree(dir) end end)
