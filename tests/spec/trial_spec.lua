@@ -4,6 +4,7 @@
 -- names, the REPL's --session-opts and :net, the proxy's reason for a run's
 -- narrower allow-list, the dev policy's warning.
 local H = require "spec.sec_helpers"
+local S = dofile(H.ROOT .. "/tests/server/harness.lua")
 local sbx = require "sbx"
 
 local function sh(cmd)
@@ -144,5 +145,33 @@ describe("the REPL as a newcomer types it", function()
     -- Control: started that way, the same command is taken.
     out = repl(":net allowlist pypi.org\n", "{ network_mode = 'allowlist', network_allowlist = sbx.PYPI_HOSTS }")
     has(out, "network_mode allowlist (pypi.org) for the next runs")
+  end)
+end)
+
+describe("an E2B user's connect(sandbox_id)", function()
+  local srv
+  setup(function() if S.available() then srv = assert(S.start {}) end end)
+  teardown(function() if srv then srv:cleanup() end end)
+
+  it("sbx.remote.lookup{id = ...} finds the token's open session by id; nil, why once closed", function()
+    if not srv then pending("needs sbxd next to sbxlua") return end
+    local conn = { endpoint = srv.url, token = srv.token.alice }
+    local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice, backend = "userns" }
+    s:put_bytes("note.txt", "from the first process")
+    local o, why = sbx.remote.lookup { endpoint = conn.endpoint, token = conn.token, id = s.id }
+    assert.is_truthy(o, why)
+    assert.are.equal(s.id, o.id)
+    assert.is_true(o.is_owner)
+    assert.are.equal("from the first process", o:get_bytes("note.txt"))
+    -- Control: an id that is no session of the token's finds nothing.
+    local none, why2 = sbx.remote.lookup { endpoint = conn.endpoint, token = conn.token, id = ("0"):rep(32) }
+    assert.is_nil(none)
+    assert.is_truthy(why2)
+    local e = H.raised(sbx.remote.lookup, { endpoint = conn.endpoint, token = conn.token, id = "../admin" })
+    assert.are.equal("InvalidArgument", e.kind)
+    s:close()
+    local gone, why3 = sbx.remote.lookup { endpoint = conn.endpoint, token = conn.token, id = s.id }
+    assert.is_nil(gone)
+    assert.is_truthy(tostring(why3):find("closed", 1, true), why3)
   end)
 end)
