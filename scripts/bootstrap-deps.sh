@@ -14,6 +14,7 @@ packages=(
 	bubblewrap util-linux python3 tmux procps iproute2 coreutils
 	libh2o-evloop-dev libssl-dev libjansson-dev libcurl4-openssl-dev libnghttp2-dev
 	nghttp2-client curl openssl python3-h2
+	python3-requests nodejs
 	passt nftables
 	luarocks libcap2-bin man-db
 	clang clang-format "libclang-rt-14-dev|libclang-rt-dev"

@@ -14,7 +14,9 @@
 
 local errors = require "sbx.errors"
 local presets = require "sbx.presets"
+local dedent = require("sbx.dedent").dedent
 local trust = require "sbx.trust"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -37,8 +39,9 @@ M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
-  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
+  "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
   "venv", "python_venv", -- the session venv (sbx.venv)
+  "secrets",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -243,16 +246,20 @@ end
 
 local NOT_BUILT = {}
 
--- Bind paths: absolute, without "..", outside /tmp; normalized.  Whether
+-- Bind paths: absolute, without "..", not /tmp itself nor the work dir;
+-- normalized.  A bind below /tmp is carried into every run's fresh /tmp
+-- (the core re-attaches it), so /tmp/my-job works as on the host.  Whether
 -- the policy allows them (and that they exist) is the engine's to check.
 local function check_bind_paths(option, v)
   local list = check_list(option, v)
   local out = {}
   for i, p in ipairs(list) do
     local norm = check_host_path(option, p)
-    if norm == "/tmp" or M.is_under(norm, "/tmp") then
-      invalid(option, "%q lies in /tmp, which every run gets fresh (a tmpfs): the bind would be "
-        .. "hidden; bind a directory outside /tmp", norm)
+    if norm == "/tmp" then
+      invalid(option, "%q: every run gets a fresh /tmp (a tmpfs); bind a directory below it", norm)
+    end
+    if norm == M.SANDBOX_WORKDIR or M.is_under(norm, M.SANDBOX_WORKDIR) then
+      invalid(option, "%q is the sandbox's work dir (work_dir pins it)", norm)
     end
     out[i] = norm
   end
@@ -288,6 +295,7 @@ function M.session(opts, pol)
   -- Files are read only for callers on this host (sbxd's say who they are).
   local here = opts.caller == nil or opts.caller.origin == nil or opts.caller.origin == "local"
   if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
+  if opts.secrets ~= nil then o.secrets = secrets.check(opts.secrets) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
   -- The session venv (sbx.venv): on unless turned off; backend none has no
@@ -363,6 +371,14 @@ function M.session(opts, pol)
         .. "namespace; %s has no device isolation)"):format(o.gpus, o.backend),
       'use backend = "privileged" (as root), or leave gpus unset'))
   end
+  if o.secrets and #o.secrets > 0 and o.network_mode ~= "allowlist" then
+    invalid("secrets", 'need network_mode = "allowlist": only the allow-list proxy can put them in')
+  end
+  if o.secrets and #o.secrets > 0 and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "secrets need the session CA in a bundle of the session's own; backend none has none",
+      'use backend = "userns", or leave secrets unset'))
+  end
   if o.ca_certs and o.backend == "none" then
     errors.raise(errors.BackendUnavailable("none",
       "ca_certs needs a filesystem of the session's own to hold the bundle; backend none has none",
@@ -385,6 +401,15 @@ function M.session(opts, pol)
 
   o.timeout_s = timeout_s
   o.lifetime_ms = math.ceil(timeout_s * 1000)
+  -- At timeout_s every run gets SIGTERM, then SIGKILL this much later.
+  o.timeout_grace_s = 10
+  if opts.timeout_grace_s ~= nil then
+    o.timeout_grace_s = check_number("timeout_grace_s", opts.timeout_grace_s)
+    if o.timeout_grace_s < 0 or o.timeout_grace_s > 300 then
+      invalid("timeout_grace_s", "0 to 300 (seconds) expected, got %s", describe(opts.timeout_grace_s))
+    end
+  end
+  o.expire_grace_ms = math.max(1, math.ceil(o.timeout_grace_s * 1000))
   o.read_only_paths = opts.read_only_paths ~= nil
     and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil
@@ -486,6 +511,8 @@ function M.run(cmd, opts, sess, extra_keys)
   if type(cmd) == "string" then
     check_arg("cmd", cmd)
     local interp = INTERPRETERS[o.script_type]
+    -- Python code written indented in the caller's source (textwrap.dedent).
+    if o.script_type == "python" then cmd = dedent(cmd) end
     o.argv = { interp[1], interp[2], cmd }
   elseif type(cmd) == "table" then
     -- An argv array runs as is, without a shell.

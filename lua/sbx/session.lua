@@ -65,6 +65,7 @@ local policy = require "sbx.policy"
 local process = require "sbx.process"
 local trust = require "sbx.trust"
 local venv = require "sbx.venv"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -227,6 +228,7 @@ function M.open(opts)
     shm_bytes = o.shm_mb and o.shm_mb * 1024 * 1024 or pol.defaults.shm_bytes,
     nofile = o.nofile,
     lifetime_ms = o.lifetime_ms,
+    expire_grace_ms = o.expire_grace_ms,
     warm_runs = o.warm_runs,
     network_mode = o.network_mode,
     proxy_port = options.PROXY_PORT,
@@ -241,8 +243,20 @@ function M.open(opts)
       and os.getenv("SBX_GPU_DEV_DIR") or nil,
     gpu_paths = (o.gpus or 0) > 0 and gpu_paths(gen) or nil,
     gpu_shared = (o.gpus or 0) > 0 and gen.ceilings.gpu_shared == true or nil,
-    ca_bundle = trust.bundle(o.ca_certs),
   }
+  -- Secrets: a CA of the session's own (its key stays in this process and
+  -- the proxy child), trusted by the runs through the ca_certs bundle.
+  local sec, ca = o.secrets and #o.secrets > 0 and secrets.with_placeholders(o.secrets, random_hex)
+  if sec then
+    local k, m
+    ca, k, m = c.proxy_ca(random_hex(4))
+    if not ca then errors.raise(errors.from_core(k, m, { backend = o.backend })) end
+    o.env = secrets.env(o.env, sec)
+  end
+  local pems = {}
+  for i, p in ipairs(o.ca_certs or {}) do pems[i] = p end
+  if ca then pems[#pems + 1] = ca:pem() end
+  copts.ca_bundle = trust.bundle(pems)
   if copts.ca_bundle then o.env = trust.env(o.env) end
   if o.venv then o.env = venv.env(o, gen.defaults.env and gen.defaults.env.PATH or options.DEFAULT_ENV.PATH) end
   local cs, kind, msg
@@ -280,6 +294,7 @@ function M.open(opts)
     timeout_s = o.timeout_s,
     caller = opts.caller, -- { origin, tenant }: what hooks see (sbx.policy caller_ctx)
     venv = o.venv and { python_venv = o.python_venv, ready = false } or nil, -- sbx.venv
+    secrets = sec and secrets.spec(sec, ca) or nil, -- for the proxy only
     closed = false,
   }
   -- An open session's runs may narrow to allowlist: it has a proxy too.
@@ -326,7 +341,7 @@ function start_proxy(c, st, host)
     -- A host with an event loop of its own (sbxd) serves it there.
     -- (and, where the policy has on_connect, asks its policy worker with
     -- the same engine, generation and context)
-    host:add(fd, st.id, decide, { engine = engine, gen = gen, ctx = ctx })
+    host:add(fd, st.id, decide, { engine = engine, gen = gen, ctx = ctx }, st.secrets)
     st.proxy = { close = function()
       host:remove(st.id)
       for tag in pairs(runs) do host:remove(tag) end
@@ -334,7 +349,7 @@ function start_proxy(c, st, host)
     st.serve_run_listener = function(lfd, list)
       local tag, rc = run_tag(), narrow.ctx(ctx, list)
       run_ctx[tag] = rc
-      host:add(lfd, tag, decide, { engine = engine, gen = gen, ctx = rc })
+      host:add(lfd, tag, decide, { engine = engine, gen = gen, ctx = rc }, st.secrets)
       runs[tag] = true
       return function()
         if runs[tag] then host:remove(tag) end
@@ -370,6 +385,7 @@ function start_proxy(c, st, host)
     log = function(line)
       if M.proxy_log then M.proxy_log(line) else gen.emit("proxy: " .. line) end
     end,
+    secrets = st.secrets,
   }, on_add)
   if not child then errors.raise(errors.from_core(k2, m2, { backend = st.backend })) end
   st.proxy = child

@@ -91,8 +91,16 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	}
 	/* Nothing of the host process may reach the sandbox: not its other
 	 * sessions' sockets, not its terminal. */
-	int keep[3] = {sync_fd, ctl_fd, image_fd};
-	sbx_close_fds_except(keep, 3);
+	int keep[3 + SBX_FS_MAX_ENTRIES];
+	size_t nkeep = 0;
+	keep[nkeep++] = sync_fd;
+	keep[nkeep++] = ctl_fd;
+	keep[nkeep++] = image_fd;
+	/* The host's idmapped binds, attached as the root is built. */
+	for (size_t i = 0; i < s->fs.n; i++)
+		if (s->fs.e[i].mount_fd >= 0)
+			keep[nkeep++] = s->fs.e[i].mount_fd;
+	sbx_close_fds_except(keep, nkeep);
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int i = 0; devnull >= 0 && i < 3; i++)
 		dup2(devnull, i);
@@ -159,10 +167,16 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
 		if (sbx_rootfs_is_scratch(o->binds[i].path))
 			cfg.carry[nc++] = o->binds[i].path;
+	/* A pinned work dir at its host path below /tmp (rootfs_desc.c). */
+	const char *alias = sbx_rootfs_work_alias(o, s->work_dir);
+	if (alias && sbx_rootfs_is_scratch(alias) && nc < SBX_MAX_CARRY)
+		cfg.carry[nc++] = alias;
 	cfg.seccomp = prog;
 	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
 	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
+	cfg.expire_at_ms = s->expire_at_ms;
+	cfg.expire_grace_ms = s->expire_grace_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.uid = s->inside_uid;
 	cfg.gid = s->inside_gid;

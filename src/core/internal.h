@@ -81,12 +81,14 @@ enum sbx_status_type {
 	SBX_STATUS_ERROR = 'E', /* setup failed before exec: msg says why */
 	SBX_STATUS_EXIT = 'X',	/* the workload ended: wstatus, how */
 };
+#define SBX_STATUS_EXPIRED 2u
 
 struct sbx_status_rec {
 	uint32_t type;
 	int32_t wstatus;
 	int32_t err_no;
-	uint32_t timed_out; /* init's timer fired before the exit */
+	uint32_t timed_out; /* init's timer fired before the exit: 1 the run's, */
+			    /* SBX_STATUS_EXPIRED the session's lifetime */
 	char msg[240];
 	/* ERROR: non-empty when the run request's option of that name is wrong
 	 * (the caller's InvalidArgument); msg then starts with it. */
@@ -148,6 +150,25 @@ int sbx_gpu_prepare(sbx_gpu *g, const sbx_session_opts *o, const char *lock_dir,
 /* Free what prepare allocated, release the locks.  Safe when empty. */
 void sbx_gpu_release(sbx_gpu *g);
 
+/* idmap.c: as root, each of o's read_write_paths in fs that the sandbox's
+ * host ids (to_uid/gid) do not own gets an idmapped detached copy of its
+ * mount (e->mount_fd) mapping its owner to them, or with per_run only the
+ * user namespace of that map (e->idmap_ns) for sbx_idmap_tree to make a
+ * copy per run; *any says whether one did.  0, or -1 with err.  close:
+ * the copies (all: the namespaces too). */
+struct sbx_zygote_cfg;
+int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
+		      bool per_run, bool *any, sbx_err *err);
+int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err);
+/* As root, native backends: the work dir's entries (src == work_dir) get a
+ * copy of its mount the host made (e->mount_fd), which the zygote attaches
+ * without a path it might not be allowed to walk (where the host may). */
+void sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir);
+void sbx_idmap_close(sbx_rootfs *fs, bool all);
+/* In a bubblewrap run's workload, still root: a mount namespace of its
+ * own with cfg's idmapped copies over their paths.  0, or -1 with errno. */
+int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg);
+
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
 #define SBX_MAX_CARRY 32
 
@@ -161,6 +182,11 @@ struct sbx_zygote_cfg {
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
 	uint64_t lifetime_ms;
+	/* The session's end (CLOCK_MONOTONIC ms, the host's clock: every
+	 * process of a session reads the same; 0: none): each run's init
+	 * sends SIGTERM then, SIGKILL expire_grace_ms later (init.c). */
+	uint64_t expire_at_ms;
+	uint32_t expire_grace_ms;
 	uint32_t warm_runs; /* offers kept outstanding (>= 1) */
 	uid_t uid;	    /* the workload's uid/gid (as seen by init) */
 	gid_t gid;
@@ -177,9 +203,14 @@ struct sbx_zygote_cfg {
 	int bwrap_data_fd[SBX_FS_MAX_DATA]; /* bubblewrap: sealed memfds of the generated files
 				    * bwrap_argv names (--ro-bind-data), or -1 */
 	const char *host_work_dir;	    /* backend "none": where the work dir really is */
-	int netns_fd[SBX_NET_NMODES];	    /* one network namespace per mode, or -1 */
-	sbx_net warm_mode;		    /* the mode of the first warm inits */
-	uint16_t proxy_port;		    /* where SBX_NET_OWN namespaces listen */
+	/* bubblewrap as root: this run's idmapped read_write_paths (idmap.c),
+	 * the host process's memory only (never the zygote's). */
+	int idmap_fd[SBX_MAX_CARRY];
+	const char *idmap_path[SBX_MAX_CARRY];
+	size_t n_idmap;
+	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
+	sbx_net warm_mode;	      /* the mode of the first warm inits */
+	uint16_t proxy_port;	      /* where SBX_NET_OWN namespaces listen */
 };
 
 /* ---- network namespaces (netns.c) ---- */
@@ -313,6 +344,8 @@ int sbx_sys_set_ids(uid_t uid, gid_t gid);
  * in *tries; false for any other error or once the time is up (errno
  * kept). */
 bool sbx_sys_fork_retry(int *tries);
+/* CLOCK_MONOTONIC in ms (the same in every process of the host). */
+uint64_t sbx_monotonic_ms(void);
 /* A sealed (read-only for good) memfd holding data, CLOEXEC, at offset 0;
  * -1 with errno. */
 int sbx_sealed_data_fd(const char *name, const void *data, size_t len);
@@ -449,6 +482,8 @@ int sbx_session_take_own(sbx_session *s, int *sock, int *pidfd, sbx_run_cgroup *
 /* Backends none and bubblewrap: the host forks each run's init, which has
  * no PID namespace of its own (SBX_SIG_KILL_RUN). */
 bool sbx_session_direct(const sbx_session *s);
+/* The session's end by lifetime (sbx_monotonic_ms), 0: none. */
+uint64_t sbx_session_expire_at_ms(const sbx_session *s);
 /* Where a run gives its init back after it ended (a message of struct
  * sbx_proto_offer with the init's pidfd and request socket), or -1 when
  * the session's inits serve one run each. */

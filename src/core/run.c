@@ -54,6 +54,7 @@ struct sbx_run {
 	struct sbx_status_rec last_error;
 	int wstatus;
 	uint32_t timed_out;
+	uint64_t expire_at_ms; /* the session's end (sbx_monotonic_ms), 0: none */
 	uint64_t t0_ns;
 	char *oom_path;	     /* the session's; owned copy: it may close before the run ends */
 	sbx_run_cgroup cg;   /* the run's own memory cgroup (version 0: none) */
@@ -290,6 +291,7 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	r->listener = -1;
 	r->mode = o->network_mode;
 	r->direct = sbx_session_direct(s);
+	r->expire_at_ms = sbx_session_expire_at_ms(s);
 	r->t0_ns = now_ns();
 	/* Only sessions with a memory ceiling pay for this. */
 	const char *oom = sbx_session_oom_path(s);
@@ -467,6 +469,12 @@ static void finish(sbx_run *r)
 		r->last_error.option[sizeof(r->last_error.option) - 1] = '\0';
 		snprintf(res->error_option, sizeof(res->error_option), "%s", r->last_error.option);
 		res->error_kind = res->error_option[0] ? SBX_E_INVALID_ARGUMENT : SBX_E_EXECUTION;
+	} else if (!r->got_exit && r->expire_at_ms && sbx_monotonic_ms() >= r->expire_at_ms) {
+		/* Its init went with the session at its end (the zygote's end
+		 * after the grace) before it could say so. */
+		res->term = SBX_TERM_EXPIRED;
+		res->returncode = -SIGKILL;
+		res->signo = SIGKILL;
 	} else if (!r->got_exit) {
 		res->term = r->signalled ? SBX_TERM_KILLED : SBX_TERM_ERROR;
 		res->returncode = r->signalled ? -SIGKILL : -1;
@@ -478,12 +486,15 @@ static void finish(sbx_run *r)
 	} else if (WIFSIGNALED(r->wstatus)) {
 		res->signo = WTERMSIG(r->wstatus);
 		res->returncode = -res->signo;
-		res->term = r->timed_out   ? SBX_TERM_TIMEOUT
-			    : r->signalled ? SBX_TERM_KILLED
-					   : SBX_TERM_SIGNAL;
+		res->term = r->timed_out == SBX_STATUS_EXPIRED ? SBX_TERM_EXPIRED
+			    : r->timed_out		       ? SBX_TERM_TIMEOUT
+			    : r->signalled		       ? SBX_TERM_KILLED
+							       : SBX_TERM_SIGNAL;
 	} else {
 		res->returncode = WEXITSTATUS(r->wstatus);
-		res->term = r->timed_out ? SBX_TERM_TIMEOUT : SBX_TERM_EXIT;
+		res->term = r->timed_out == SBX_STATUS_EXPIRED ? SBX_TERM_EXPIRED
+			    : r->timed_out		       ? SBX_TERM_TIMEOUT
+							       : SBX_TERM_EXIT;
 	}
 	if ((r->oom_hit || (!r->got_error && !r->timed_out)) && ended_by_oom(r)) {
 		res->term = SBX_TERM_OOM;
@@ -504,7 +515,7 @@ static void finish(sbx_run *r)
 	 * session's next run (init.c).  Otherwise, or when the session is
 	 * gone or its inbox full, closing the socket ends it. */
 	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
-	    res->term != SBX_TERM_OOM) {
+	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
 		struct sbx_proto_offer back = {SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode};
 		int fds[2] = {r->pidfd, r->sock};
 		(void)sbx_proto_send_fds(r->reuse_fd, &back, sizeof(back), fds, 2);
@@ -670,6 +681,8 @@ const char *sbx_term_name(sbx_term t)
 		return "error";
 	case SBX_TERM_OOM:
 		return "oom";
+	case SBX_TERM_EXPIRED:
+		return "session_expired";
 	}
 	return "error";
 }

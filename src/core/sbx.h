@@ -35,6 +35,9 @@
 /* Backend userns as root: inside 0 (root, sbx-init) and 65534 (nobody) map
  * to host ids aux and aux + 1 (uid and gid alike); this is the default aux. */
 #define SBX_DEFAULT_AUX_UID 231073
+/* At a session's end by lifetime: SIGTERM to every run, SIGKILL after this
+ * (the reference product's 10 s). */
+#define SBX_DEFAULT_EXPIRE_GRACE_MS 10000
 
 /* Error kinds, named as the Lua API names them. */
 typedef enum sbx_err_kind {
@@ -90,8 +93,10 @@ typedef struct sbx_session_opts {
 	uint64_t tmp_bytes;		  /* size cap of the per-run /tmp; 0: default 256 MiB */
 	uint64_t shm_bytes;		  /* size cap of the per-run /dev/shm; 0: default 64 MiB */
 	const char *hostname;		  /* UTS hostname; NULL: "sandbox" */
-	const char *ca_bundle; /* PEM the runs trust, at SBX_CA_BUNDLE_PATH; NULL: none */
-	uint64_t lifetime_ms;  /* session ends by itself after this; 0: never */
+	const char *ca_bundle;	  /* PEM the runs trust, at SBX_CA_BUNDLE_PATH; NULL: none */
+	uint64_t lifetime_ms;	  /* session ends by itself after this; 0: never */
+	uint32_t expire_grace_ms; /* at its end: SIGTERM to every run, SIGKILL this
+				   * much later; 0: SBX_DEFAULT_EXPIRE_GRACE_MS */
 	/* Resource ceilings (cgroup.c; need root or a delegated cgroup). */
 	uint64_t memory_bytes;	 /* memory incl. tmpfs pages, swap off; 0: none */
 	uint32_t cpu_milli;	 /* CPU time in thousandths of a CPU; 0: none */
@@ -187,7 +192,9 @@ uid_t sbx_session_host_uid(const sbx_session *s);
 gid_t sbx_session_host_gid(const sbx_session *s);
 /* The session's id: 32 hex chars (128 random bits), owned by the session. */
 const char *sbx_session_id(const sbx_session *s);
-/* true while the zygote is alive. */
+/* true while the session can run: false from its lifetime's end on (its
+ * runs then get SIGTERM, and SIGKILL after expire_grace_ms), or once its
+ * zygote died. */
 bool sbx_session_alive(sbx_session *s);
 /* The backend the session runs on ("userns", "privileged", "none", ...). */
 const char *sbx_session_backend(const sbx_session *s);
@@ -256,10 +263,12 @@ typedef enum sbx_term {
 	SBX_TERM_KILLED,   /* sbx_run_kill() or session close */
 	SBX_TERM_ERROR,	   /* the sandbox failed to start or lost the run */
 	SBX_TERM_OOM,	   /* the session's memory ceiling: the OOM killer ended it */
+	SBX_TERM_EXPIRED,  /* the session's lifetime passed: SIGTERM, grace, SIGKILL */
 } sbx_term;
 
 /* The name of a termination reason, as Lua and the remote API spell it
- * ("running", "exit", "signal", "timeout", "killed", "error", "oom"). */
+ * ("running", "exit", "signal", "timeout", "killed", "error", "oom",
+ * "session_expired"). */
 const char *sbx_term_name(sbx_term t);
 
 typedef struct sbx_run_result {
@@ -407,6 +416,10 @@ int sbx_seccomp_selfcheck(sbx_err *err);
  */
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err);
+/* The same, and with no_setid chmod/fchmod/fchmodat/fchmodat2 refuse a
+ * setuid or setgid bit (EPERM): sessions with an idmapped bind (idmap.c). */
+struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
+					     bool no_setid, sbx_err *err);
 void sbx_seccomp_free(struct sock_fprog *prog);
 /* Install prog on the calling thread (no_new_privs must be set).  Child-side. */
 int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);

@@ -207,6 +207,9 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 {
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
+	if (sbx_session_expired(s))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
+				   "the session's lifetime has passed");
 	if (s->pending)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "the session is still setting up (sbx_session_finish first)");
@@ -376,9 +379,21 @@ int sbx_protect_from_oom(sbx_err *err)
 	return 0;
 }
 
+uint64_t sbx_session_expire_at_ms(const sbx_session *s)
+{
+	return s->expire_at_ms;
+}
+
+bool sbx_session_expired(const sbx_session *s)
+{
+	return s->expire_at_ms && sbx_monotonic_ms() >= s->expire_at_ms;
+}
+
 bool sbx_session_alive(sbx_session *s)
 {
-	return s && s->be->alive(s);
+	/* Over at its end at once, on every backend, while its runs are
+	 * still in their grace period. */
+	return s && !sbx_session_expired(s) && s->be->alive(s);
 }
 
 static bool have_cap(cap_value_t cap)
@@ -529,9 +544,10 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 				       p ? p : "(null)"),
 			       NULL;
 	}
-	if (o->n_binds >= SBX_MAX_CARRY)
+	/* The work dir, the binds and a pinned work dir's second mount. */
+	if (o->n_binds + (o->work_dir ? 1 : 0) >= SBX_MAX_CARRY)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "at most %d extra paths",
-				   SBX_MAX_CARRY - 1),
+				   SBX_MAX_CARRY - 1 - (o->work_dir ? 1 : 0)),
 		       NULL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -580,16 +596,30 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (s->be->own_root && sbx_rootfs_describe(&s->fs, o, s->work_dir, &s->gpu, s->inside_uid,
 						   s->inside_gid, err) < 0)
 		goto fail;
+	/* read_write_paths of someone else's: idmapped (the zygote attaches
+	 * them; for bubblewrap each run's workload does, idmap.c). */
+	bool idmapped = false;
+	if (s->be->own_root &&
+	    sbx_idmap_prepare(&s->fs, o, s->host_uid, s->host_gid, s->none, &idmapped, err) < 0)
+		goto fail;
+	if (s->be->own_root && !s->none && geteuid() == 0)
+		sbx_idmap_work_dir(&s->fs, s->work_dir);
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
-	prog = sbx_seccomp_compile(o->seccomp_deny, o->seccomp_allow, err);
+	prog = sbx_seccomp_compile_setid(o->seccomp_deny, o->seccomp_allow, idmapped, err);
 	if (!prog)
 		goto fail;
+	/* Its end, which every run's init enforces (init.c): counted from
+	 * here, before any process of the session exists. */
+	if (o->lifetime_ms)
+		s->expire_at_ms = sbx_monotonic_ms() + o->lifetime_ms;
+	s->expire_grace_ms = o->expire_grace_ms ? o->expire_grace_ms : SBX_DEFAULT_EXPIRE_GRACE_MS;
 	/* The backend's processes; the zygote keeps its own copy of the
 	 * filter, bubblewrap takes ours. */
 	int rc = s->be->start(s, o, &prog, err);
 	sbx_seccomp_free(prog);
 	prog = NULL;
+	sbx_idmap_close(&s->fs, false); /* the zygote has its copies */
 	if (rc < 0)
 		goto fail;
 	if (rc == 0)
@@ -711,6 +741,7 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
+	sbx_idmap_close(&s->fs, true);
 	sbx_rootfs_free(&s->fs);
 	for (size_t i = 0; s->open_deny && s->open_deny[i]; i++)
 		free(s->open_deny[i]);

@@ -80,7 +80,10 @@ struct sbx_session {
 	} idle[SBX_NET_NMODES][MAX_IDLE];
 	size_t n_idle[SBX_NET_NMODES];
 	size_t max_idle;
-	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
+	/* The session's end by lifetime (sbx_monotonic_ms; 0: none), and the
+	 * grace its runs get between SIGTERM and SIGKILL then (init.c). */
+	uint64_t expire_at_ms;
+	uint32_t expire_grace_ms;
 	/* Between sbx_session_start and sbx_session_finish: the zygote is
 	 * setting up; finish reads its ready message on ctl_fd. */
 	bool pending;
@@ -127,6 +130,8 @@ struct sbx_backend {
 /* The backend of that name, or NULL. */
 const struct sbx_backend *sbx_backend_find(const char *name);
 
+/* Whether the session's lifetime has passed (session.c). */
+bool sbx_session_expired(const sbx_session *s);
 /* RLIMIT_NOFILE of every run (session.c). */
 uint64_t sbx_session_run_nofile(const sbx_session_opts *o);
 /* session.c: the zygote's warm-init pool (userns, privileged): a given-back
@@ -177,13 +182,12 @@ void sbx_zygote_stop(sbx_session *s);
 int sbx_none_start(sbx_session *s, const sbx_session_opts *o);
 int sbx_none_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
 			   sbx_err *err);
-/* take forks the run's init; alive is false once the lifetime passed. */
+/* take forks the run's init (none after the lifetime). */
 int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 		  sbx_err *err);
 bool sbx_none_alive(sbx_session *s);
 void sbx_none_stop(sbx_session *s);
 void sbx_none_reap(sbx_session *s, bool wait_all);
-bool sbx_none_expired(sbx_session *s);
 
 /* backend_bubblewrap.c: where bwrap is; after sbx_none_start, the
  * session's user namespace (as root) and the fixed bwrap arguments. */

@@ -10,7 +10,9 @@
  * the next one when the host says it took an offer (warm_runs of them
  * stay outstanding), so the zygote is off the path of a run.  It reaps
  * what exits, and ends when the host closes the control socket, dies, or
- * the session's lifetime passes; as PID 1 of
+ * the session's lifetime passes (then it offers no more runs, and waits out
+ * the grace the runs' inits give their commands between SIGTERM and
+ * SIGKILL: init.c); as PID 1 of
  * the session's PID namespace its end is the end of every process in it.
  */
 #define _GNU_SOURCE
@@ -130,14 +132,32 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 		close(pidfd);
 }
 
+/* After the session's end, the runs' inits get their commands' grace and
+ * this much more to report before the zygote's own end kills them. */
+#define EXPIRE_REPORT_MS 2000
+
+/* ms until the next lifetime step (-1: none): until the end, then until
+ * the end of the grace; past that the zygote ends. */
+static int lifetime_wait(const struct sbx_zygote_cfg *cfg, bool *expired)
+{
+	if (!cfg->expire_at_ms)
+		return -1;
+	uint64_t now = sbx_monotonic_ms();
+	*expired = now >= cfg->expire_at_ms;
+	uint64_t until = cfg->expire_at_ms;
+	if (*expired)
+		until += (uint64_t)cfg->expire_grace_ms + EXPIRE_REPORT_MS;
+	if (now >= until)
+		_exit(0);
+	return until - now > INT32_MAX ? INT32_MAX : (int)(until - now);
+}
+
 void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 {
 	sigset_t mask;
-	struct timespec t0;
 
 	prctl(PR_SET_NAME, "sbx-zygote");
 	prctl(PR_SET_DUMPABLE, 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	/* Every init is born with the signals it forwards blocked: a signal
 	 * the host sends to a new PID namespace's init before it blocks them
 	 * itself would meet the default handler, which the kernel ignores for
@@ -163,16 +183,8 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 		warm_offer(cfg, cfg->warm_mode);
 	for (;;) {
 		struct pollfd pfd[2] = {{cfg->ctl_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
-		int timeout = -1;
-		if (cfg->lifetime_ms) {
-			struct timespec now;
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			int64_t spent = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
-					(now.tv_nsec - t0.tv_nsec) / 1000000;
-			if (spent >= (int64_t)cfg->lifetime_ms)
-				_exit(0);
-			timeout = (int)((int64_t)cfg->lifetime_ms - spent);
-		}
+		bool expired = false;
+		int timeout = lifetime_wait(cfg, &expired);
 		if (poll(pfd, 2, timeout) < 0 && errno != EINTR)
 			_exit(1);
 		if (pfd[1].revents & POLLIN) {
@@ -189,7 +201,7 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 				_exit(0);
 			/* The host took the last offer, or turned it down
 			 * (found it dead, or of another mode). */
-			if (n == sizeof(want) && want.magic == SBX_PROTO_MAGIC)
+			if (n == sizeof(want) && want.magic == SBX_PROTO_MAGIC && !expired)
 				warm_offer(cfg, (sbx_net)want.mode);
 		}
 	}

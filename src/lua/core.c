@@ -44,12 +44,13 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 }
 
 static const char *const session_fields[] = {
-	"backend",     "work_dir",     "state_dir",	"hostname",	"system_ro",  "etc_files",
-	"binds",       "seccomp_deny", "seccomp_allow", "host_uid",	"aux_uid",    "tmp_bytes",
-	"shm_bytes",   "lifetime_ms",  "memory_bytes",	"cpu_milli",	"pids_max",   "disk_bytes",
-	"cgroup_root", "nofile",       "fsize_bytes",	"run_uid",	"gpus",	      "gpu_dev_dir",
-	"gpu_paths",   "gpu_shared",   "warm_runs",	"network_mode", "proxy_port", "open_deny",
-	"ca_bundle",   NULL,
+	"backend",     "work_dir",	  "state_dir",	  "hostname",	   "system_ro",
+	"etc_files",   "binds",		  "seccomp_deny", "seccomp_allow", "host_uid",
+	"aux_uid",     "tmp_bytes",	  "shm_bytes",	  "lifetime_ms",   "memory_bytes",
+	"cpu_milli",   "pids_max",	  "disk_bytes",	  "cgroup_root",   "nofile",
+	"fsize_bytes", "run_uid",	  "gpus",	  "gpu_dev_dir",   "gpu_paths",
+	"gpu_shared",  "warm_runs",	  "network_mode", "proxy_port",	   "open_deny",
+	"ca_bundle",   "expire_grace_ms", NULL,
 };
 
 static const char *const bind_fields[] = {"path", "writable", NULL};
@@ -124,6 +125,7 @@ static int session_open(lua_State *L, bool start)
 	o.tmp_bytes = (uint64_t)lsbx_opt_int(L, 1, "tmp_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.shm_bytes = (uint64_t)lsbx_opt_int(L, 1, "shm_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.lifetime_ms = (uint64_t)lsbx_opt_int(L, 1, "lifetime_ms", 0, LSBX_MAX_EXACT, 0);
+	o.expire_grace_ms = (uint32_t)lsbx_opt_int(L, 1, "expire_grace_ms", 0, 3600000, 0);
 	o.memory_bytes = (uint64_t)lsbx_opt_int(L, 1, "memory_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.cpu_milli = (uint32_t)lsbx_opt_int(L, 1, "cpu_milli", 0, 1000000, 0);
 	o.pids_max = (uint32_t)lsbx_opt_int(L, 1, "pids_max", 0, 4194304, 0);

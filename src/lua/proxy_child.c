@@ -56,6 +56,23 @@ typedef struct lsbx_proxy_child {
 static int on_add_ref = LUA_NOREF;
 
 /* In the child: tell on_add, then add or remove the listener. */
+/* The session's secrets (opts.secrets of proxy_spawn, at stack index 3 in
+ * the child) for the listener tagged tag: every listener of the session,
+ * its own and its runs', substitutes alike.  -1 (logged) on failure. */
+static int apply_secrets(lua_State *L, lsbx_proxy *px, const char *tag)
+{
+	int top = lua_gettop(L), rc = 0;
+
+	lua_getfield(L, 3, "secrets");
+	if (!lua_isnil(L, -1) &&
+	    lsbx_proxy_apply_secrets(L, px->p, lsbx_proxy_intern_tag(L, px, tag, false), -1)) {
+		fprintf(stderr, "sbx proxy: listener %s: %s\n", tag, lua_tostring(L, -1));
+		rc = -1;
+	}
+	lua_settop(L, top);
+	return rc;
+}
+
 static void child_command(lua_State *L, lsbx_proxy *px, int cmd_fd)
 {
 	static char buf[CMD_MAX + 1];
@@ -122,6 +139,11 @@ static void child_command(lua_State *L, lsbx_proxy *px, int cmd_fd)
 	} else if (sbx_proxy_add_listener(px->p, fd, lsbx_proxy_intern_tag(L, px, tag, true),
 					  &err) < 0) {
 		fprintf(stderr, "sbx proxy: listener %s: %s\n", tag, err.msg);
+	} else if (apply_secrets(L, px, tag) < 0) {
+		/* A run's listener without the session's secrets would send
+		 * the placeholder on; without its listener the run has no
+		 * network, which it sees at once. */
+		sbx_proxy_remove(px->p, lsbx_proxy_intern_tag(L, px, tag, false));
 	}
 }
 
@@ -158,6 +180,8 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 		fprintf(stderr, "sbx proxy: %s\n", err.msg);
 		_exit(1);
 	}
+	if (apply_secrets(L, px, tag) < 0)
+		_exit(1);
 	for (;;) {
 		struct pollfd pfd[4] = {{sbx_proxy_fd(px->p), POLLIN, 0},
 					{ctl, POLLIN, 0},

@@ -18,7 +18,7 @@
  *                                   namespace (the caller's) | nil once taken
  *   r:close()                       true (kills the run if still going)
  *
- * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"error",
+ * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"session_expired"|"error",
  *            returncode =, signo =, runtime_ms =, error = string|nil,
  *            error_kind = "SandboxExecutionError"|"InvalidArgument" (with
  *            error), error_option = "cwd"|nil (InvalidArgument: the

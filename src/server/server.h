@@ -238,7 +238,7 @@ typedef struct sbx_srv_metrics {
 	uint64_t auth_failures;
 	uint64_t runs_started;
 	uint64_t runs_exit, runs_signal, runs_timeout, runs_killed, runs_oom, runs_error,
-		runs_disconnected;
+		runs_disconnected, runs_expired;
 	uint64_t bytes_streamed;
 	uint64_t latency_buckets[12];
 	double latency_sum;

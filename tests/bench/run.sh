@@ -10,7 +10,8 @@
 # netmode_bench.lua, what per-run network modes cost,
 # runallow_bench.lua, what a run's own allow-list costs, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
-# loopback, and proxy_sbxd_bench.lua, the same proxy on sbxd's loop.
+# loopback, proxy_sbxd_bench.lua, the same proxy on sbxd's loop, and
+# secrets_bench.lua, an HTTPS request with and without secret substitution.
 #
 # usage: tests/bench/run.sh [BUILD_DIR] [exec_latency.lua args: -n N -w W --strict]
 set -euo pipefail
@@ -44,6 +45,9 @@ cmake --build "$build" -j"$(nproc)" --target sbx-proxy-bench >/dev/null
 echo
 cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
 "$build/bin/sbxlua" tests/bench/proxy_sbxd_bench.lua
+# Secrets (issue 20): ms per HTTPS request, spliced vs substituted.
+echo
+"$build/bin/sbxlua" tests/bench/secrets_bench.lua
 # sbxd's loop never waits (issue 14): /healthz on a kept connection while
 # 16 sessions open at once and while a policy hook runs to its deadline.
 # SBXD_BEFORE=/path/to/an/older/sbxd puts that build in the same table.

@@ -37,6 +37,9 @@ MIB = 1 << 20
 _base = b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(MIB // 32))
 
 
+# The credential /auth wants (tests/spec/secrets_spec.lua gives it as a secret).
+API_KEY = "sk-fakenet-5ecre7-0123456789abcdef"
+
 def big_block(k):
     """MiB number k of /big/N: a fixed pseudo-random MiB whose first 8 bytes
     are k (big endian), so a reordered or repeated MiB is detected too."""
@@ -189,6 +192,19 @@ def make_handler(access_log, sites=None):
                 return self._send(200, body, CTYPES.get(os.path.splitext(f)[1], "application/octet-stream"))
             if path == "/hello":
                 return self._send(200, ("hello from %s\n" % self.server.where).encode())
+            if path == "/auth":
+                # an API that wants the secret the secrets tests give
+                ok = self.headers.get("Authorization") == "Bearer " + API_KEY
+                return self._send(200 if ok else 401, b"authorized\n" if ok else b"unauthorized\n")
+            if path == "/echo-auth":
+                # an API that echoes the credential, in a header and the body
+                got = self.headers.get("Authorization") or ""
+                body = ("you sent: %s\n" % got).encode() * 2000  # > one TLS record
+                self.send_response(200)
+                self.send_header("X-Echo", got)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                return self.wfile.write(body)
             if path == "/headers":
                 text = self.requestline + "\n" + str(self.headers)
                 return self._send(200, text.encode())

@@ -176,13 +176,17 @@ describe("session options", function()
     end
   end)
 
-  it("want bind paths absolute, without '..', existing, outside /tmp; and normalize them", function()
+  it("want bind paths absolute, without '..', existing, not /tmp itself; and normalize them", function()
     local d = T.tmpdir("/var/tmp")
     local o = session_opts { read_only_paths = { d .. "//./" }, read_write_paths = {} }
     assert.are.same({ d }, o.read_only_paths)
-    -- Every run mounts a fresh /tmp: a bind there would be hidden.
-    local e = T.expect("InvalidArgument", session_opts, { read_only_paths = { T.tmpdir() } })
+    -- Below /tmp: carried into every run's fresh /tmp (README), so taken.
+    local t = T.tmpdir()
+    assert.are.same({ t }, session_opts { read_only_paths = { t } }.read_only_paths)
+    -- /tmp itself is every run's fresh tmpfs; the work dir is the work dir.
+    local e = T.expect("InvalidArgument", session_opts, { read_only_paths = { "/tmp" } })
     assert.matches("/tmp", e.message, 1, true)
+    T.expect("InvalidArgument", session_opts, { read_write_paths = { "/tmp/sandbox-work" } })
     for _, bad in ipairs { "opt/venv", d .. "/../x", d .. "/missing", "/tmp" } do
       T.expect("InvalidArgument", session_opts, { read_only_paths = { bad } })
     end

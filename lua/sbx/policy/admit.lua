@@ -9,6 +9,7 @@ local errors = require "sbx.errors"
 local options = require "sbx.options"
 local hooks = require "sbx.policy.hooks"
 local narrow = require "sbx.policy.narrow"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -29,12 +30,16 @@ function M.session(engine, opts, octx)
   for k, v in pairs(opts) do
     if not M.HOST_KEYS[k] then req[k] = v end
   end
+  -- Rules and hooks see the secrets' names and hosts, never a value, and
+  -- cannot change them.
+  if o.secrets then req.secrets = secrets.public(o.secrets) end
   req.backend, req.network_mode, req.timeout_s = o.backend, o.network_mode, o.timeout_s
   req.max_file_bytes = o.max_file_bytes
   local hooked = gen.hooks.on_session_open ~= nil
   local host = { realpath = octx.realpath, extra_forbidden = octx.extra_forbidden }
   local r = engine:session_open(req, hooks.caller_ctx(octx.caller), gen, host)
   if hooked or gen.ceilings.clamp then
+    r.secrets = opts.secrets
     local ok, o2 = pcall(options.session, r, gen)
     if not ok then
       -- What the hook returned does not pass the option checks: the

@@ -287,6 +287,19 @@ local function normalize(raw, path)
     ok, err = pcall(match.compile, allowlist, "network.allowlist")
     check(ok, path, tostring(err))
   end
+  -- secrets: allow (default true), require = { NAME, ... }, hosts = { pattern, ... }
+  local sec = check_table(raw.secrets, path, "secrets")
+  for k in pairs(sec) do
+    check(k == "allow" or k == "require" or k == "hosts", path,
+      ("unknown field secrets.%s (known: allow, require, hosts)"):format(tostring(k)))
+  end
+  check(sec.allow == nil or type(sec.allow) == "boolean", path, "secrets.allow must be a boolean")
+  local secrets = {
+    allow = sec.allow ~= false,
+    require = sec.require and check_strlist(sec.require, path, "secrets.require") or {},
+    hosts = sec.hosts and check_strlist(sec.hosts, path, "secrets.hosts") or nil,
+  }
+  check(secrets.allow or #secrets.require == 0, path, "secrets.require needs secrets.allow")
   local limits = check_table(raw.limits, path, "limits")
   check_fields(limits, path, "limits")
   local lim = {
@@ -309,10 +322,10 @@ local function normalize(raw, path)
     hooks[h] = raw[h]
   end
   local known = { name = 1, defaults = 1, ceilings = 1, filesystem = 1, seccomp = 1, network = 1,
-    limits = 1, reapply = 1, on_session_open = 1, on_run = 1, on_connect = 1, on_close = 1 }
+    secrets = 1, limits = 1, reapply = 1, on_session_open = 1, on_run = 1, on_connect = 1, on_close = 1 }
   for k in pairs(raw) do
     check(known[k] ~= nil, path, ("unknown field %s (a typo? known: name, defaults, ceilings, "
-      .. "filesystem, seccomp, network, limits, reapply, on_session_open, on_run, on_connect, "
+      .. "filesystem, seccomp, network, secrets, limits, reapply, on_session_open, on_run, on_connect, "
       .. "on_close)"):format(tostring(k)))
   end
   local p = {
@@ -329,6 +342,7 @@ local function normalize(raw, path)
     },
     seccomp = seccomp,
     network = { denylist = denylist, allowlist = allowlist },
+    secrets = secrets,
     limits = lim,
     reapply = raw.reapply == true,
     hooks = hooks,

@@ -494,6 +494,11 @@ function M.handle(req)
     if method ~= "GET" and method ~= "DELETE" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
     local rec, err, owner = lookup(req, id, method == "DELETE")
     if not rec then return err end
+    -- Past its timeout_s a session is over at once (its runs may still be
+    -- in their grace; tick() closes it once they are done).
+    if method == "GET" and not rec.s:alive() then
+      return fail(410, "SessionClosed", ("session %s has ended: its lifetime has passed"):format(rec.s.name))
+    end
     if method == "GET" then return reply(200, describe(rec, owner, req)) end
     close_rec(rec, "deleted")
     return reply(200, { id = pid, closed = true }, { log = "session=" .. id })
@@ -611,7 +616,7 @@ function M.stats()
     proxy_accepted = px.accepted or 0, proxy_allowed = px.allowed or 0,
     proxy_refused = px.refused or 0, proxy_failed = px.failed or 0, proxy_active = px.active or 0,
     proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0,
-    proxy_lua_calls = px.lua_calls or 0 }
+    proxy_lua_calls = px.lua_calls or 0, proxy_intercepted = px.intercepted or 0 }
 end
 
 function M.shutdown()

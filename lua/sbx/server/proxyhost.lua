@@ -25,9 +25,13 @@ function M.new(cfg, ensure_loaded)
   local proxy_routes = {}
   local pending_verdicts = {} -- worker message id -> proxy ticket
   local host = {
-    add = function(_, fd, id, decide, info)
+    add = function(_, fd, id, decide, info, secrets)
       local ok, kind, msg = cfg.proxy:add(fd, id)
-      if not ok then errors.raise(errors.from_core(kind, msg)) end
+      if ok and secrets then ok, kind, msg = cfg.proxy:secrets(id, secrets) end
+      if not ok then
+        cfg.proxy:remove(id)
+        errors.raise(errors.from_core(kind, msg))
+      end
       proxy_routes[id] = { decide = decide, info = info }
     end,
     remove = function(_, id)
