@@ -36,7 +36,7 @@ return {
 
   on_session_open = function(req, ctx)
     if req.backend == "none" then
-      log("WARNING: session", tostring(req.name), "runs without isolation (backend none)")
+      log("WARNING: session", req.name or "(unnamed)", "runs without isolation (backend none)")
     end
     return true
   end,

@@ -35,7 +35,7 @@ return {
   },
 
   on_session_open = function(req, ctx)
-    log("gpu session", tostring(req.name), "gpus =", tostring(req.gpus or 0))
+    log("gpu session", req.name or "(unnamed)", "gpus =", tostring(req.gpus or 0))
     return true
   end,
 }

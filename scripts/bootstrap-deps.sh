@@ -22,6 +22,8 @@ packages=(
 	# The session venv (python3 -m venv; its pip is the system's) and the
 	# headline npm example; nodesource's nodejs provides npm itself.
 	python3-venv python3-pip "npm|nodejs"
+	# README's side-by-side block imports requests offline (readme_spec).
+	python3-requests
 	yamllint "kubernetes-client|kubectl"
 )
 # --image: also what `make image` and `make e2e` need (issue 19).  runc:

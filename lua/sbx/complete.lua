@@ -8,7 +8,9 @@
 -- call), so completing never runs code.  After ':' only functions are
 -- offered (methods).  At the start of a line, ":he" completes REPL commands.
 -- Private names (a leading "_": s._st, __tostring, _G) are offered only
--- once the word itself starts with "_".
+-- once the word itself starts with "_"; so are the names a table (or one of
+-- its __index tables) lists in its own __unlisted set (host plumbing such as
+-- a session's admit_run: public to sbxd, noise to a user).
 
 local M = {}
 
@@ -31,16 +33,20 @@ local function peek(v, key)
   return nil
 end
 
--- Every string key reachable from v (its own, then its __index tables').
+-- Every string key reachable from v (its own, then its __index tables'),
+-- and the set of those an __unlisted set hides.
 local function keys_of(v, want_fn)
-  local out, seen = {}, {}
+  local out, seen, hidden = {}, {}, {}
   for _ = 1, MAX_CHAIN do
     if type(v) == "table" then
+      local unlisted = rawget(v, "__unlisted")
+      if type(unlisted) ~= "table" then unlisted = {} end
       for k, x in pairs(v) do
         if type(k) == "string" and k:match("^[%a_][%w_]*$") and not seen[k] and
             (not want_fn or type(x) == "function") then
           seen[k] = true
           out[#out + 1] = k
+          if rawget(unlisted, k) then hidden[k] = true end
         end
       end
     end
@@ -48,7 +54,7 @@ local function keys_of(v, want_fn)
     if type(mt) ~= "table" or type(mt.__index) ~= "table" then break end
     v = mt.__index
   end
-  return out
+  return out, hidden
 end
 
 function M.candidates(word, line, env, commands)
@@ -74,8 +80,9 @@ function M.candidates(word, line, env, commands)
     v, partial, prefix = env, word, ""
   end
   local private_ok = partial:sub(1, 1) == "_"
-  for _, k in ipairs(keys_of(v, sep == ":")) do
-    if k:sub(1, #partial) == partial and (private_ok or k:sub(1, 1) ~= "_") then
+  local keys, hidden = keys_of(v, sep == ":")
+  for _, k in ipairs(keys) do
+    if k:sub(1, #partial) == partial and (private_ok or (k:sub(1, 1) ~= "_" and not hidden[k])) then
       out[#out + 1] = prefix .. k
     end
   end

@@ -54,6 +54,10 @@ M.SESSION_KEYS = {
 -- unknown-option error of a remote open does not offer them.
 M.INTERNAL_KEYS = { proxy_host = true, wait = true, caller = true }
 M.SERVER_KEYS = { policy = true, work_dir = true, state_dir = true, warm_runs = true, proxy_host = true }
+-- The reference product's names for options sbx spells otherwise: an
+-- unknown-option error names the sbx one, so a port of its examples is
+-- one read away from working.
+M.REFERENCE_NAMES = { host_work_dir = "work_dir", timeout = "timeout_s" }
 
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
@@ -126,7 +130,13 @@ function M.check_keys(t, allowed, what)
         if not M.INTERNAL_KEYS[n] and not (remote and M.SERVER_KEYS[n]) then names[#names + 1] = n end
       end
       table.sort(names)
-      invalid(k, "unknown %s option (known: %s)", what, table.concat(names, ", "))
+      local ref, hint = M.REFERENCE_NAMES[k], ""
+      if ref and set[ref] then
+        hint = (remote and M.SERVER_KEYS[ref]) and ("; the reference's %s is %s on-device, set by the server remotely")
+          or "; the reference's %s is %s here"
+        hint = hint:format(k, ref)
+      end
+      invalid(k, "unknown %s option%s (known: %s)", what, hint, table.concat(names, ", "))
     end
   end
 end

@@ -236,34 +236,48 @@ function M.attach(h, opts)
 end
 
 -- lookup(opts) -> the owner Session named opts.name among the token's
--- open sessions (GET /v1/sessions?name=), or nil, why.  opts: the
--- connection options and name.
+-- open sessions (GET /v1/sessions?name=), or with opts.id the one of that
+-- id (GET /v1/sessions/ID: E2B's connect(sandbox_id)), or nil, why.
+-- opts: the connection options and name or id.
 function M.lookup(opts)
   if type(opts) ~= "table" then
-    errors.raise(errors.InvalidArgument("options", "a table with endpoint, token and name expected"))
+    errors.raise(errors.InvalidArgument("options", "a table with endpoint, token and name (or id) expected"))
   end
-  if type(opts.name) ~= "string" or opts.name == "" then
+  local by_id = opts.id ~= nil
+  if by_id then
+    if type(opts.id) ~= "string" or not opts.id:match("^%x+$") or opts.name ~= nil then
+      errors.raise(errors.InvalidArgument("id", "the session's id (hex digits) expected, and no name with it"))
+    end
+  elseif type(opts.name) ~= "string" or opts.name == "" then
     errors.raise(errors.InvalidArgument("name", "the session's name (a non-empty string) expected"))
   end
   for k in pairs(opts) do
-    if not CONN_KEYS[k] and k ~= "name" then
+    if not CONN_KEYS[k] and k ~= "name" and k ~= "id" then
       errors.raise(errors.InvalidArgument(tostring(k), ("unknown option %q for lookup (connection " ..
-        "options and name only)"):format(tostring(k))))
+        "options and name or id only)"):format(tostring(k))))
     end
   end
   local token = opts.token
   if token == nil and opts.token_file then token = read_token_file(opts.token_file) end
   local tr = connect(opts.endpoint, token, opts)
-  local q = opts.name:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end)
-  local ok, list = pcall(call, tr, "GET", "/v1/sessions?name=" .. q)
+  local path
+  if by_id then
+    path = "/v1/sessions/" .. opts.id
+  else
+    path = "/v1/sessions?name=" .. opts.name:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end)
+  end
+  local ok, got = pcall(call, tr, "GET", path)
   if not ok then
     tr.conn:close()
-    error(list, 0)
+    -- An id that is not (or no longer) the token's: nil, why, as for a name.
+    if by_id and type(got) == "table" and got.kind == "SessionClosed" then return nil, got.message end
+    error(got, 0)
   end
-  local info = type(list) == "table" and type(list.sessions) == "table" and list.sessions[1]
-  if not info then
+  local info = type(got) == "table" and (by_id and got or type(got.sessions) == "table" and got.sessions[1])
+  if not info or (by_id and not info.is_owner) then
     tr.conn:close()
-    return nil, ("no open session named %q"):format(opts.name)
+    return nil, by_id and ("no open session with id %s"):format(opts.id)
+      or ("no open session named %q"):format(opts.name)
   end
   return wrap(tr, info, true, info.tokens and info.tokens.reference)
 end

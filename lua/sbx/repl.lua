@@ -119,21 +119,33 @@ end
 local Shell = {}
 Shell.__index = Shell
 
-local function new_shell(opts_expr, remote, token_file, tty)
-  return setmetatable({ opts_expr = opts_expr, remote = remote, token_file = token_file, tty = tty }, Shell)
+local function new_shell(opts, remote, token_file, tty)
+  return setmetatable({ opts = opts, remote = remote, token_file = token_file, tty = tty }, Shell)
+end
+
+-- The --session-opts expression, evaluated once when the REPL starts (a
+-- bad one stops it there, not at every `!`).  JSON, which newcomers type,
+-- gets an example of the Lua form.
+local function session_opts(expr)
+  if not (expr and expr:match("%S")) then return {} end
+  local fn, err = loadstring("return " .. expr, "=--session-opts")
+  if not fn then
+    local json = expr:match('^%s*{%s*"') and ' (a Lua table, not JSON: --session-opts '
+      .. "'{network_mode = \"allowlist\", network_allowlist = sbx.PYPI_HOSTS}')" or ""
+    error("InvalidArgument: --session-opts: " .. err .. json, 0)
+  end
+  local ok, opts = pcall(fn)
+  if not ok then error("InvalidArgument: --session-opts: " .. errtext(opts), 0) end
+  if type(opts) ~= "table" then
+    error("InvalidArgument: --session-opts must be a Lua table, not a " .. type(opts), 0)
+  end
+  return opts
 end
 
 function Shell:session()
   if self.s then return self.s end
   local opts = {}
-  if self.opts_expr and self.opts_expr:match("%S") then
-    local fn, err = loadstring("return " .. self.opts_expr, "=--session-opts")
-    if not fn then error("InvalidArgument: --session-opts: " .. err, 0) end
-    opts = fn()
-    if type(opts) ~= "table" then
-      error("InvalidArgument: --session-opts must be a Lua table, not a " .. type(opts), 0)
-    end
-  end
+  for k, v in pairs(self.opts) do opts[k] = v end
   if self.remote then
     opts.endpoint, opts.token_file = self.remote, self.token_file
     self.s = require("sbx.remote").session(opts)
@@ -281,7 +293,7 @@ function Shell:command(line)
     local s = self:session()
     io.stdout:write(pretty.show({ name = s.name, id = s.id, backend = s.backend,
       work_dir = s.work_dir, created_at = s.created_at, is_owner = s.is_owner,
-      endpoint = s.endpoint, network_mode = self.net or "(session default)" }), "\n")
+      endpoint = s.endpoint, url = s.url, ip = s.ip, network_mode = self.net or "(session default)" }), "\n")
   elseif name == "close" then
     self:close()
     io.stdout:write("session closed\n")
@@ -311,6 +323,11 @@ function Shell:set_net(rest)
   if not ok then
     local hint = mode == "allowlist" and not hosts and not (type(e) == "table" and e.rule == "session.network_mode")
     local more = hint and "; name the hosts: :net allowlist HOST..." or ""
+    if type(e) == "table" and e.rule == "session.network_mode" then
+      -- The ceiling is the session's: only a session opened wider lifts it.
+      more = "; the ceiling is set when the session opens: start sbxlua with --session-opts "
+        .. "'{network_mode = \"allowlist\", network_allowlist = sbx.PYPI_HOSTS}'"
+    end
     error(("%s (:net %s refused%s)"):format(errtext(e), rest, more), 0)
   end
   self.net, self.allowlist = mode, hosts
@@ -340,7 +357,6 @@ function M.run(opts)
   -- On a terminal (stdin and stdout), `!` runs get a pty of their own.
   local tty_ok, tty = pcall(require, "sbx.tty")
   tty = interactive and tty_ok and tty.size() and tty or nil
-  local shell = new_shell(opts.session_opts, opts.remote, opts.token_file, tty)
 
   -- The sbx module as a global, as a convenience; a broken module must not
   -- keep the REPL from starting.
@@ -352,6 +368,12 @@ function M.run(opts)
       io.stderr:write("warning: require 'sbx' failed: ", errtext(mod), "\n")
     end
   end
+  local sok, sopts = pcall(session_opts, opts.session_opts)
+  if not sok then -- a usage error: no traceback, no prompt
+    io.stderr:write(opts.progname or "sbxlua", ": ", errtext(sopts), "\n")
+    os.exit(1)
+  end
+  local shell = new_shell(sopts, opts.remote, opts.token_file, tty)
 
   local buf
   while true do

@@ -76,6 +76,10 @@ local registry = setmetatable({}, { __mode = "v" })
 
 local Session = {}
 Session.__index = Session
+-- The host API's methods (below): public to sbxd, not a user's business,
+-- so the REPL's Tab completion leaves them out (sbx.complete).
+Session.__unlisted = { limits = true, admit_run = true, warm_fd = true, start_run = true,
+  open_file = true, is_closed = true }
 
 local core_module, core_error
 -- core() -> sbx.core, or nil and why it cannot be loaded.

@@ -15,7 +15,9 @@
 -- (the host's /usr), else `python3 -m venv --system-site-packages
 -- --without-pip` (60 ms; ensurepip would take seconds and 25 MB), with a
 -- `pip` that runs the system's pip module in the venv (PEP 668 does not
--- apply inside a venv) or, without one, `uv pip` or ensurepip.
+-- apply inside a venv) or, without one, `uv pip` or ensurepip.  Without a
+-- uv on the host, a `uv` stand-in turns `uv pip ARGS` (the reference's
+-- install idiom, which agents write) into the venv's `pip ARGS`.
 --
 -- python_venv (an operator's venv, e.g. one holding torch) is bound
 -- read-only at its own path (sbx.options adds it to read_only_paths, and
@@ -56,6 +58,14 @@ mk() {
     fi
   fi
   [ -e "$v/bin/pip3" ] || ln -s pip "$v/bin/pip3" || return 1
+  if ! command -v uv >/dev/null 2>&1; then
+    printf '%s\n' '#!/bin/sh' \
+      '# sbx: the host has no uv; "uv pip ARGS" (the reference'"'"'s idiom) runs pip ARGS in the session venv' \
+      'if [ "$1" = pip ]; then shift; exec '"$v"'/bin/pip "$@"; fi' \
+      'echo "sbx: uv is not installed here; this stand-in runs only \"uv pip ...\", through pip" >&2' \
+      'exit 127' >"$v/bin/uv" || return 1
+    chmod 755 "$v/bin/uv" || return 1
+  fi
   if [ -n "$h" ]; then
     for sp in "$v"/lib/python3*/site-packages; do
       py=${sp%/site-packages}

@@ -194,7 +194,9 @@ function Engine:connect(host, port, addrs, ctx, gen)
     if mode == "allowlist" then
       local m = ctx.allowlist and ctx_matcher(ctx.allowlist, "allowlist") or gen.allow_matcher
       if not m or not m:match(host, port) then
-        ceilings.deny(gen, "network.allowlist", ("%s:%d is not on the allow-list"):format(host, port))
+        -- A run's own, narrower list says so: the name may be on the session's.
+        ceilings.deny(gen, "network.allowlist", ("%s:%d is not on %s allow-list"):format(host, port,
+          ctx.run_allowlist and "this run's" or "the"))
       end
     end
     if gen.hooks.on_connect then
