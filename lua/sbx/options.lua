@@ -37,6 +37,7 @@ M.SESSION_KEYS = {
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
   "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
+  "warm_idle_s",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -304,6 +305,11 @@ function M.session(opts, pol)
   if opts.warm_runs ~= nil then
     o.warm_runs = check_integer("warm_runs", opts.warm_runs, 1)
     if o.warm_runs > 64 then invalid("warm_runs", "at most 64, got %d", o.warm_runs) end
+  end
+  -- How long an unused warm run stays before it ends (default 10 s).
+  if opts.warm_idle_s ~= nil then
+    o.warm_idle_s = check_number("warm_idle_s", opts.warm_idle_s, 0)
+    if o.warm_idle_s > 4294967 then invalid("warm_idle_s", "at most 4294967, got %s", o.warm_idle_s) end
   end
   if o.memory_mb and o.memory_mb < 16 then
     invalid("memory_mb", "at least 16 MiB (a sandbox needs some memory to start), got %d", o.memory_mb)

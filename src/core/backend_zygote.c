@@ -163,6 +163,9 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
+	cfg.idle_ms = !o->warm_idle_ms		      ? SBX_WARM_IDLE_MS
+		      : o->warm_idle_ms == UINT32_MAX ? 0
+						      : o->warm_idle_ms;
 	cfg.uid = s->inside_uid;
 	cfg.gid = s->inside_gid;
 	cfg.nofile = sbx_session_run_nofile(o);

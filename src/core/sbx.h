@@ -109,6 +109,10 @@ typedef struct sbx_session_opts {
 	 * init + workload); more serve concurrent starts without waiting.
 	 * 0: 1; at most SBX_MAX_WARM_RUNS. */
 	uint32_t warm_runs;
+	/* A warm run (offered or given back) that has had no request for this
+	 * long ends, so an idle session keeps only its zygote; the next run
+	 * then waits for a fresh one.  0: SBX_WARM_IDLE_MS; UINT32_MAX: never. */
+	uint32_t warm_idle_ms;
 	/* Network: the widest mode a run of this session may ask for (each
 	 * mode up to it gets a namespace of its own, made once). */
 	sbx_net network_mode;
@@ -119,6 +123,7 @@ typedef struct sbx_session_opts {
 } sbx_session_opts;
 
 #define SBX_MAX_WARM_RUNS 64
+#define SBX_WARM_IDLE_MS 10000
 
 typedef struct sbx_session sbx_session;
 

@@ -131,6 +131,15 @@ static void drain_inbox(sbx_session *s)
 	}
 }
 
+/* Whether a warm run expired (init.c's recv_request shuts its socket down
+ * both ways before it ends, so this holds before the process is gone): it
+ * would refuse a request, so it is dropped unused. */
+static bool expired(int sock)
+{
+	struct pollfd p = {sock, POLLOUT, 0};
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP);
+}
+
 /* An idle init of mode that said it is ready; those found gone are
  * dropped, those still getting ready stay.  Never waits. */
 static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
@@ -144,13 +153,13 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
 		if (!found) {
 			char c;
 			ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
-			if (n == 1 && c == 'r') {
+			if (n == 1 && c == 'r' && !expired(fd)) {
 				*sock = fd;
 				*pidfd = pfd;
 				found = true;
 				continue;
 			}
-			if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+			if (n >= 0 || (errno != EAGAIN && errno != EINTR) || expired(fd)) {
 				close(fd);
 				close(pfd);
 				continue;
@@ -241,6 +250,13 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			drop_offer(*sock, *pidfd, rc);
 			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
 					   "the session has ended");
+		}
+		/* One that sat unused until it expired: the want just sent
+		 * asks for a fresh one. */
+		if (expired(*sock)) {
+			drop_offer(*sock, *pidfd, rc);
+			memset(rc, 0, sizeof(*rc));
+			continue;
 		}
 		if (got == mode)
 			return 0;

@@ -6,7 +6,7 @@
  *        [--insecure] [--log-level error|warn|info|debug]
  *        [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]
  *        [--max-body BYTES] [--drain-grace-ms MS] [--idle-timeout-s S]
- *        [--admin-tenant NAME] [--warm-runs N] [--advertise-url URL]
+ *        [--admin-tenant NAME] [--warm-runs N] [--warm-idle-ms MS] [--advertise-url URL]
  *        [--watch-policy] [--cgroup-ceilings on|off] [--ceilings SPEC]
  *        [--ceiling-reserve SPEC]
  *
@@ -47,7 +47,8 @@ static void usage(FILE *f)
 		   "            [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]\n"
 		   "            [--max-body BYTES (8 MiB)] [--drain-grace-ms MS]\n"
 		   "            [--idle-timeout-s S] [--admin-tenant NAME] [--warm-runs N]\n"
-		   "            [--advertise-url URL] [--watch-policy] [--cgroup-ceilings on|off]\n"
+		   "            [--warm-idle-ms MS] [--advertise-url URL] [--watch-policy]\n"
+		   "            [--cgroup-ceilings on|off]\n"
 		   "            [--ceilings KEY=N,...] [--ceiling-reserve KEY=N,...]\n");
 	fputs(sbx_front_usage, f);
 }
@@ -100,6 +101,10 @@ static int lua_start(sbx_srv *S)
 	lua_setfield(L, -2, "max_runs");
 	lua_pushnumber(L, S->warm_runs);
 	lua_setfield(L, -2, "warm_runs");
+	if (S->warm_idle_ms) {
+		lua_pushnumber(L, S->warm_idle_ms / 1000.0);
+		lua_setfield(L, -2, "warm_idle_s");
+	}
 	lua_pushnumber(L, (lua_Number)S->hard_ceiling_s);
 	lua_setfield(L, -2, "hard_ceiling_s");
 	lua_pushnumber(L, (lua_Number)S->idle_timeout_s);
@@ -310,6 +315,7 @@ int main(int argc, char **argv)
 		{"idle-timeout-s", required_argument, 0, 'I'},
 		{"admin-tenant", required_argument, 0, 'A'},
 		{"warm-runs", required_argument, 0, 'W'},
+		{"warm-idle-ms", required_argument, 0, 'w'},
 		{"advertise-url", required_argument, 0, 'U'},
 		{"watch-policy", no_argument, 0, 'P'},
 		{"cgroup-ceilings", required_argument, 0, 'Q'},
@@ -423,6 +429,10 @@ int main(int argc, char **argv)
 			break;
 		case 'W':
 			S.warm_runs = (uint32_t)num_arg("--warm-runs", optarg, 1, 64, &bad);
+			break;
+		case 'w':
+			S.warm_idle_ms =
+				(uint32_t)num_arg("--warm-idle-ms", optarg, 1, 4294967000L, &bad);
 			break;
 		case 'H':
 			S.hard_ceiling_s =

@@ -85,7 +85,7 @@ local px_host -- sbx.server.proxyhost: serves allowlist sessions' proxies on our
 
 -- Session options a remote client may not set: they name host paths or
 -- files of the server (the policy is the server's).
-local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_runs = true,
+local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_runs = true, warm_idle_s = true,
   proxy_host = true }
 
 local ARRAY = { __array = true }
@@ -235,6 +235,7 @@ local function create_session(req)
   for k, v in pairs(body) do opts[k] = v end
   opts.policy = cfg.engine
   opts.warm_runs = cfg.warm_runs
+  opts.warm_idle_s = cfg.warm_idle_s
   opts.proxy_host = px_host.host
   opts.wait = wait_fd
   opts.caller = { origin = "sbxd", tenant = req.tenant }
@@ -462,6 +463,7 @@ function M.init(c)
   cfg.max_sessions = c.max_sessions or 16
   cfg.max_runs = c.max_runs or 64
   cfg.warm_runs = c.warm_runs or 1
+  cfg.warm_idle_s = c.warm_idle_s
   cfg.hard_ceiling_s = c.hard_ceiling_s or 24 * 3600
   cfg.idle_timeout_s = c.idle_timeout_s or 3600
   cfg.endpoint = c.listen
