@@ -133,7 +133,8 @@ int sbx_ids_privileged(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 int sbx_ids_privileged_own(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 
 /* statedir.c: the session's id, its dir below the state dir (or the pinned
- * work dir), swept of dead sessions' leftovers first; 0 or -1 with err. */
+ * work dir); dead sessions' leftovers are swept first (at a process's first
+ * open, then at most once a minute); 0 or -1 with err. */
 int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 /* Remove a session dir and everything in it (not crossing mounts). */
 int sbx_statedir_remove(const char *dir);
