@@ -169,9 +169,11 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
  * has put it in its run cgroup), so that the next sbx_run_start finds one
  * without waiting;
  * -1 when there is nothing to wait for (backends without a zygote, or a
- * warm run of this mode already set aside).
+ * warm run of this mode already set aside).  Never waits: offers already
+ * there that expired unused (sbx_session_opts.warm_idle_ms) are dropped
+ * first, and a live one is set aside, so the fd is one to wait on.
  */
-int sbx_session_offer_fd(const sbx_session *s, sbx_net mode);
+int sbx_session_offer_fd(sbx_session *s, sbx_net mode);
 /* End every process of the session, remove what it created (not a pinned
  * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when
  * cleanup could not remove something (it still frees the session). */

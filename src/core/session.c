@@ -181,14 +181,6 @@ int sbx_session_reuse_fd(const sbx_session *s)
 	return s->inbox[1];
 }
 
-int sbx_session_offer_fd(const sbx_session *s, sbx_net mode)
-{
-	if (s->none || s->pending || mode >= SBX_NET_NMODES || s->spare[mode].sock >= 0)
-		return -1;
-	/* With a memory ceiling an offer is ready once it is placed. */
-	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
-}
-
 /* Let an offer go: closing its socket ends the init; its cgroup goes. */
 static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 {
@@ -196,6 +188,58 @@ static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 	close(pidfd);
 	sbx_cgroup_run_kill(rc);
 	sbx_cgroup_run_remove(rc);
+}
+
+/*
+ * What take would do with the offers already there, without waiting:
+ * those that expired unused (init.c) are dropped, those of another mode
+ * set aside (each asking the zygote for one of mode, as take does), and
+ * the first live one of mode set aside for the next run.  A caller with
+ * an event loop then waits for a live offer there instead of in take.
+ * (Not with a placer: its offers come placed, and take reports its
+ * failures.)
+ */
+static void sort_offers(sbx_session *s, sbx_net mode)
+{
+	struct pollfd p = {s->ctl_fd, POLLIN, 0};
+
+	for (int i = 0; i < 2 * SBX_MAX_WARM_RUNS + 8 && !s->placer && s->ctl_fd >= 0 &&
+			s->spare[mode].sock < 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+	     i++) {
+		int sock, pidfd;
+		sbx_net got;
+		sbx_run_cgroup rc;
+		sbx_err err;
+		struct sbx_proto_offer off;
+		/* A failure the zygote offers is take's to report: left there. */
+		if (recv(s->ctl_fd, &off, sizeof(off), MSG_PEEK | MSG_DONTWAIT) != sizeof(off) ||
+		    off.magic != SBX_PROTO_MAGIC || off.err_no != 0)
+			return;
+		memset(&rc, 0, sizeof(rc));
+		if (recv_offer(s, &sock, &pidfd, &got, &rc, &err) < 0)
+			return; /* the zygote is gone: take says so */
+		bool live = !expired(sock) && got < SBX_NET_NMODES && s->spare[got].sock < 0;
+		if (!live || got != mode)
+			(void)send_want(s, mode);
+		if (!live) {
+			drop_offer(sock, pidfd, &rc);
+			continue;
+		}
+		s->spare[got].sock = sock;
+		s->spare[got].pidfd = pidfd;
+		s->spare[got].rc = rc;
+	}
+}
+
+int sbx_session_offer_fd(sbx_session *s, sbx_net mode)
+{
+	if (s->none || s->pending || mode >= SBX_NET_NMODES)
+		return -1;
+	sort_offers(s, mode);
+	if (s->spare[mode].sock >= 0)
+		return -1;
+	/* With a memory ceiling an offer is ready once it is placed. */
+	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
 }
 
 int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,

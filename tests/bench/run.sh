@@ -9,7 +9,11 @@
 # front_bench.lua, what sbxd's front costs (with and without it), and
 # netmode_bench.lua, what per-run network modes cost, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
-# loopback, and proxy_sbxd_bench.lua, the same proxy on sbxd's loop.
+# loopback, and proxy_sbxd_bench.lua, the same proxy on sbxd's loop,
+# density_bench.lua, N idle sessions' memory and processes and open + first
+# exec at N live (N=500; SBX_DENSITY_N=2000 for the large run), and
+# bytes_bench.lua, stdout through sbxd and put/get_bytes against head|cat
+# and cp (issue 18).
 #
 # usage: tests/bench/run.sh [BUILD_DIR] [exec_latency.lua args: -n N -w W --strict]
 set -euo pipefail
@@ -49,6 +53,14 @@ cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
 # front (the hidden, loopback-only --no-front), alternating, as ratios.
 echo
 "$build/bin/sbxlua" tests/bench/front_bench.lua --sbxd "$build/bin/sbxd"
+# Density (issue 18): N idle userns sessions after one exec each: memory
+# and host processes per session, open + first exec at N live vs alone.
+echo
+"$build/bin/sbxlua" tests/bench/density_bench.lua
+# The byte paths (issue 18), medians of alternating runs: stdout through
+# sbxd vs head|cat and one loopback TCP hop, put/get_bytes vs cp.
+echo
+"$build/bin/sbxlua" tests/bench/bytes_bench.lua --sbxd "$build/bin/sbxd"
 # The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
 echo
 exec "$build/bin/sbxlua" tests/bench/remote_bench.lua --sbxd "$build/bin/sbxd"

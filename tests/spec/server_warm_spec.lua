@@ -183,6 +183,38 @@ describe_core("warm runs", function()
       assert.matches("again", body)
     end)
 
+    it("--warm-idle-ms: runs of two network modes after their warm runs expired", function()
+      local srv = assert(H.start { args = { "--warm-idle-ms", "200", "--warm-runs", "2" } })
+      finally(function() srv:cleanup() end)
+      local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
+        "-d", '{"network_mode":"allowlist"}')
+      assert.equal(201, status, body)
+      local id = H.json_field(body, "id")
+      local function run(cmd, mode)
+        local b, st = srv:curl("/v1/sessions/" .. id .. "/runs", "-H", srv:auth(), "-H",
+          "content-type: application/json", "-d", ('{"cmd":"%s","network_mode":"%s"}'):format(cmd, mode))
+        assert.equal(200, st, b)
+        assert.matches(cmd:match("echo (%w+)"), b)
+        assert.matches('"exit"', b)
+      end
+      run("echo b1", "blocked")
+      run("echo a1", "allowlist")
+      local z = children(srv.pid, "sbx-zygote")[1]
+      assert.is_truthy(z, "no zygote under sbxd")
+      for round = 1, 2 do
+        local left
+        for _ = 1, 600 do
+          left = #children(z, "sbx-init")
+          if left == 0 then break end
+          os.execute("sleep 0.05")
+        end
+        assert.equal(0, left, "warm runs still there after 30 s")
+        run("echo a" .. round .. "x", "allowlist")
+        run("echo b" .. round .. "x", "blocked")
+        run("echo a" .. round .. "y", "allowlist")
+      end
+    end)
+
     it("refuses --warm-runs 0 and 65 at start", function()
       for _, v in ipairs { "0", "65" } do
         local srv, err = H.start { args = { "--warm-runs", v } }
