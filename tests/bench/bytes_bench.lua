@@ -154,10 +154,9 @@ local ok, err = pcall(function()
       ">= 0.5")
     row(("get_bytes %d MB on-device"):format(bytes / 1e6), bytes / median(get) / 1e6, "cp of the same file", cp_mbps,
       ">= 0.5")
-    print(("%-44s %7.0f MB/s   (goal >= 500 MB/s)"):format(("put_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6),
-      bytes / median(rput) / 1e6))
-    print(("%-44s %7.0f MB/s   (goal >= 500 MB/s)"):format(("get_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6),
-      bytes / median(rget) / 1e6))
+    local remote = "%-44s %7.0f MB/s   (goal >= 500 MB/s)"
+    print(remote:format(("put_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6), bytes / median(rput) / 1e6))
+    print(remote:format(("get_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6), bytes / median(rget) / 1e6))
   end
   srv:curl("/v1/sessions/" .. id, "-X", "DELETE", "-H", srv:auth())
 end)

@@ -60,10 +60,10 @@ local function raise_nofile(need)
 end
 
 local function fd_count()
-  local p, n = io.popen("ls /proc/" .. ffi.C.getpid() .. "/fd"), 0
-  for _ in p:lines() do n = n + 1 end
+  local p, count = io.popen("ls /proc/" .. ffi.C.getpid() .. "/fd"), 0
+  for _ in p:lines() do count = count + 1 end
   p:close()
-  return n
+  return count
 end
 
 local function read_file(path)
