@@ -1,6 +1,7 @@
 -- examples/networking.lua: per-call networking in one session, the way an
 -- agent installs a dependency: blocked -> allowlist (fetch from PyPI
--- through the enforcing proxy) -> blocked again.
+-- through the enforcing proxy) -> blocked again; then a run with an
+-- allow-list of its own, narrower than the session's.
 --
 --   build/bin/sbxlua examples/networking.lua
 --
@@ -56,6 +57,20 @@ probe(s, "allowlist", "allowlist")
 
 -- 3. blocked again, in the same session.
 probe(s, "blocked again", "blocked")
+
+-- 4. A run with an allow-list of its own, narrower than the session's: it
+-- reaches only files.pythonhosted.org (in a network namespace of its own,
+-- whatever other runs of the session do meanwhile).  A list reaching
+-- beyond the session's is refused before the run starts.
+local own = { network_allowlist = { "files.pythonhosted.org" } }
+r = s:exec(curl .. "https://files.pythonhosted.org/", own)
+print(("own list: files.pythonhosted.org -> %s"):format(r.returncode == 0 and "HTTP " .. r.stdout
+  or "unreachable (" .. r.stderr:gsub("%s+$", "") .. ")"))
+r = s:exec(curl .. "https://pypi.org/simple/", own)
+print(("own list: pypi.org -> %s"):format(r.stderr:match("response (%d+)") and
+  "refused by the proxy (" .. r.stderr:match("response (%d+)") .. ")" or r.stderr))
+local ok0, e0 = pcall(s.exec, s, "true", { network_allowlist = { "example.com" } })
+print("own list: example.com:", ok0 and "allowed?!" or e0.kind)
 
 -- A run cannot widen its session's ceiling.
 local ok, e = pcall(s.exec, s, "true", { network_mode = "open" })

@@ -14,10 +14,14 @@ packages=(
 	bubblewrap util-linux python3 tmux procps iproute2 coreutils
 	libh2o-evloop-dev libssl-dev libjansson-dev libcurl4-openssl-dev libnghttp2-dev
 	nghttp2-client curl openssl python3-h2
+	python3-requests nodejs
 	passt nftables
 	luarocks libcap2-bin man-db
 	clang clang-format "libclang-rt-14-dev|libclang-rt-dev"
 	libpython3.11-testsuite
+	# The session venv (python3 -m venv; its pip is the system's) and the
+	# headline npm example; nodesource's nodejs provides npm itself.
+	python3-venv python3-pip "npm|nodejs"
 	yamllint "kubernetes-client|kubectl"
 )
 # --image: also what `make image` and `make e2e` need (issue 19).  runc:

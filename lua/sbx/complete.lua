@@ -7,6 +7,8 @@
 -- rawget and through __index *tables* only (never __index functions or any
 -- call), so completing never runs code.  After ':' only functions are
 -- offered (methods).  At the start of a line, ":he" completes REPL commands.
+-- Private names (a leading "_": s._st, __tostring, _G) are offered only
+-- once the word itself starts with "_".
 
 local M = {}
 
@@ -71,8 +73,11 @@ function M.candidates(word, line, env, commands)
   else
     v, partial, prefix = env, word, ""
   end
+  local private_ok = partial:sub(1, 1) == "_"
   for _, k in ipairs(keys_of(v, sep == ":")) do
-    if k:sub(1, #partial) == partial then out[#out + 1] = prefix .. k end
+    if k:sub(1, #partial) == partial and (private_ok or k:sub(1, 1) ~= "_") then
+      out[#out + 1] = prefix .. k
+    end
   end
   table.sort(out)
   return out

@@ -36,7 +36,14 @@ do
 end
 
 sbx.session = session.open
-sbx.attach = session.attach
+-- sbx.attach(h): an on-device handle, or a remote one (its table or the
+-- string tostring(h) gives, from any process: sbx.remote.attach).
+function sbx.attach(h, opts)
+  if (type(h) == "string" and h:match("^sbx%+remote:")) or (type(h) == "table" and h.kind == "sbx.remote") then
+    return require("sbx.remote").attach(h, opts)
+  end
+  return session.attach(h)
+end
 
 sbx.errors = errors
 sbx.is_error = errors.is

@@ -14,6 +14,9 @@
 
 local errors = require "sbx.errors"
 local presets = require "sbx.presets"
+local dedent = require("sbx.dedent").dedent
+local trust = require "sbx.trust"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -36,7 +39,9 @@ M.SESSION_KEYS = {
   "backend", "work_dir", "network_mode", "network_allowlist", "network_denylist",
   "read_only_paths", "read_write_paths", "memory_mb", "cpu_milli", "pids", "gpus", "disk_mb",
   "shm_mb", "nofile",
-  "timeout_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs",
+  "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
+  "venv", "python_venv", -- the session venv (sbx.venv)
+  "secrets",
   "warm_idle_s",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
@@ -44,6 +49,14 @@ M.SESSION_KEYS = {
   -- policy's hooks see as ctx.origin / ctx.tenant (default origin "local").
   "wait", "caller",
 }
+-- Which session keys a user sees (issue 17): INTERNAL ones are host
+-- plumbing, never named in an error; SERVER ones are set by sbxd itself
+-- (a remote client giving one gets 400; sbx.server reads this list), so an
+-- unknown-option error of a remote open does not offer them.
+M.INTERNAL_KEYS = { proxy_host = true, wait = true, caller = true }
+M.SERVER_KEYS = { policy = true, work_dir = true, state_dir = true, warm_runs = true, warm_idle_s = true,
+  proxy_host = true }
+
 M.RUN_KEYS = {
   "stdout", "stderr", "stdin", "env", "cwd", "script_type", "network_mode",
   "network_allowlist", "timeout_s", "pty",
@@ -104,12 +117,16 @@ end
 function M.check_keys(t, allowed, what)
   local set = {}
   for _, k in ipairs(allowed) do set[k] = true end
+  -- A session opened for sbxd's client: the options that client may give.
+  local remote = type(t.caller) == "table" and t.caller.origin == "sbxd"
   for k in pairs(t) do
     if type(k) ~= "string" then
       invalid(what, "option names are strings, got %s", describe(k))
     elseif not set[k] then
       local names = {}
-      for _, n in ipairs(allowed) do names[#names + 1] = n end
+      for _, n in ipairs(allowed) do
+        if not M.INTERNAL_KEYS[n] and not (remote and M.SERVER_KEYS[n]) then names[#names + 1] = n end
+      end
       table.sort(names)
       invalid(k, "unknown %s option (known: %s)", what, table.concat(names, ", "))
     end
@@ -221,16 +238,20 @@ end
 
 local NOT_BUILT = {}
 
--- Bind paths: absolute, without "..", outside /tmp; normalized.  Whether
+-- Bind paths: absolute, without "..", not /tmp itself nor the work dir;
+-- normalized.  A bind below /tmp is carried into every run's fresh /tmp
+-- (the core re-attaches it), so /tmp/my-job works as on the host.  Whether
 -- the policy allows them (and that they exist) is the engine's to check.
 local function check_bind_paths(option, v)
   local list = check_list(option, v)
   local out = {}
   for i, p in ipairs(list) do
     local norm = check_host_path(option, p)
-    if norm == "/tmp" or M.is_under(norm, "/tmp") then
-      invalid(option, "%q lies in /tmp, which every run gets fresh (a tmpfs): the bind would be "
-        .. "hidden; bind a directory outside /tmp", norm)
+    if norm == "/tmp" then
+      invalid(option, "%q: every run gets a fresh /tmp (a tmpfs); bind a directory below it", norm)
+    end
+    if norm == M.SANDBOX_WORKDIR or M.is_under(norm, M.SANDBOX_WORKDIR) then
+      invalid(option, "%q is the sandbox's work dir (work_dir pins it)", norm)
     end
     out[i] = norm
   end
@@ -263,8 +284,26 @@ function M.session(opts, pol)
   if opts.work_dir ~= nil then o.work_dir = check_host_path("work_dir", opts.work_dir) end
   if opts.state_dir ~= nil then o.state_dir = check_host_path("state_dir", opts.state_dir) end
   o.env = M.check_env("env", opts.env)
+  -- Files are read only for callers on this host (sbxd's say who they are).
+  local here = opts.caller == nil or opts.caller.origin == nil or opts.caller.origin == "local"
+  if opts.ca_certs ~= nil then o.ca_certs = trust.check(opts.ca_certs, here) end
+  if opts.secrets ~= nil then o.secrets = secrets.check(opts.secrets) end
   local timeout_s = d.session_timeout_s
   if opts.timeout_s ~= nil then timeout_s = check_number("timeout_s", opts.timeout_s, 0) end
+  -- The session venv (sbx.venv): on unless turned off; backend none has no
+  -- work dir at /tmp/sandbox-work to keep it in.
+  o.venv = o.backend ~= "none"
+  if opts.venv ~= nil then o.venv = check_type("venv", opts.venv, "boolean") end
+  if opts.python_venv ~= nil then
+    o.python_venv = check_host_path("python_venv", opts.python_venv)
+    if o.python_venv == "/" or o.python_venv == "/tmp" or M.is_under(o.python_venv, "/tmp") then
+      invalid("python_venv", "%q: a venv outside /tmp expected (it is bound read-only at its own path)",
+        o.python_venv)
+    end
+    if not o.venv then
+      invalid("python_venv", "is bridged into the session venv, and venv = false turns that off")
+    end
+  end
   o.max_file_bytes = d.max_file_bytes
   if opts.max_file_bytes ~= nil then
     o.max_file_bytes = check_integer("max_file_bytes", opts.max_file_bytes, 1)
@@ -329,6 +368,24 @@ function M.session(opts, pol)
         .. "namespace; %s has no device isolation)"):format(o.gpus, o.backend),
       'use backend = "privileged" (as root), or leave gpus unset'))
   end
+  if o.secrets and #o.secrets > 0 and o.network_mode ~= "allowlist" then
+    invalid("secrets", 'need network_mode = "allowlist": only the allow-list proxy can put them in')
+  end
+  if o.secrets and #o.secrets > 0 and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "secrets need the session CA in a bundle of the session's own; backend none has none",
+      'use backend = "userns", or leave secrets unset'))
+  end
+  if o.ca_certs and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "ca_certs needs a filesystem of the session's own to hold the bundle; backend none has none",
+      'use backend = "userns", or leave ca_certs unset'))
+  end
+  if o.venv and o.backend == "none" then
+    errors.raise(errors.BackendUnavailable("none",
+      "the session venv lives at /tmp/sandbox-work/.venv, which backend none does not have",
+      "leave venv unset (backend none has none), or use backend = \"userns\""))
+  end
   if o.disk_mb and o.work_dir then
     invalid("disk_mb", "a pinned work_dir lives on the host's disk and cannot be capped; leave work_dir unset")
   end
@@ -341,10 +398,26 @@ function M.session(opts, pol)
 
   o.timeout_s = timeout_s
   o.lifetime_ms = math.ceil(timeout_s * 1000)
+  -- At timeout_s every run gets SIGTERM, then SIGKILL this much later.
+  o.timeout_grace_s = 10
+  if opts.timeout_grace_s ~= nil then
+    o.timeout_grace_s = check_number("timeout_grace_s", opts.timeout_grace_s)
+    if o.timeout_grace_s < 0 or o.timeout_grace_s > 300 then
+      invalid("timeout_grace_s", "0 to 300 (seconds) expected, got %s", describe(opts.timeout_grace_s))
+    end
+  end
+  o.expire_grace_ms = math.max(1, math.ceil(o.timeout_grace_s * 1000))
   o.read_only_paths = opts.read_only_paths ~= nil
     and check_bind_paths("read_only_paths", opts.read_only_paths) or {}
   o.read_write_paths = opts.read_write_paths ~= nil
     and check_bind_paths("read_write_paths", opts.read_write_paths) or {}
+  -- python_venv is a read-only bind too (the policy judges it as one:
+  -- sbx.venv.request in Engine:session_open), whoever set it.
+  if o.python_venv then
+    local have = false
+    for _, p in ipairs(o.read_only_paths) do have = have or p == o.python_venv end
+    if not have then o.read_only_paths[#o.read_only_paths + 1] = o.python_venv end
+  end
   local ro = {}
   for _, p in ipairs(o.read_only_paths) do ro[p] = true end
   for _, p in ipairs(o.read_write_paths) do
@@ -410,7 +483,7 @@ end
 
 -- run(cmd, opts, sess, extra_keys) -> normalized run options:
 --   { argv, env ("K=V" array), cwd, stdin, stdout, stderr, stdin_data,
---     timeout_s, timeout_ms, network_mode, script_type }
+--     timeout_s, timeout_ms, network_mode, network_allowlist, script_type }
 -- The policy's run ceilings and a run's network mode against its
 -- session's are the engine's (Engine:admit_run).
 -- sess = { policy =, network_mode = (the ceiling), env = (session env) }.
@@ -435,6 +508,8 @@ function M.run(cmd, opts, sess, extra_keys)
   if type(cmd) == "string" then
     check_arg("cmd", cmd)
     local interp = INTERPRETERS[o.script_type]
+    -- Python code written indented in the caller's source (textwrap.dedent).
+    if o.script_type == "python" then cmd = dedent(cmd) end
     o.argv = { interp[1], interp[2], cmd }
   elseif type(cmd) == "table" then
     -- An argv array runs as is, without a shell.
@@ -493,11 +568,18 @@ function M.run(cmd, opts, sess, extra_keys)
     end
   end
   if opts.network_allowlist ~= nil then
-    -- The proxy cannot tell one run's connections from another's (they
-    -- share the session's allowlist namespace), so a per-run list would
-    -- be a promise it could not keep.
-    invalid("network_allowlist", "is a session option: a run uses its session's allow-list "
-      .. "(open another session for another list)")
+    -- A run's own list (narrower than the session's: sbx.policy.narrow)
+    -- puts it in a network namespace of its own, in allowlist mode.
+    o.network_allowlist = check_entries("network_allowlist",
+      check_list("network_allowlist", opts.network_allowlist))
+    if #o.network_allowlist == 0 then
+      invalid("network_allowlist", "an empty list: use network_mode = \"blocked\" for no network")
+    end
+    if opts.network_mode == nil then
+      o.network_mode = "allowlist"
+    elseif o.network_mode ~= "allowlist" then
+      invalid("network_allowlist", "only with network_mode = \"allowlist\", not %q", o.network_mode)
+    end
   end
   if o.network_mode == "allowlist" then o.env = M.with_proxy_env(o.env, sess.proxy_port) end
 

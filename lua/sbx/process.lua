@@ -32,7 +32,8 @@
 -- After the exit: p.returncode (the exit code; -signo when a signal ended
 -- it, Python's convention), p.signal (the signal number or nil),
 -- p.termination_reason ("" for an exit of its own, "signal", "timeout",
--- "killed" or "oom"), p.runtime_ms, p.backend.  While it runs p.returncode is nil.
+-- "killed", "oom" or "session_expired": the session's timeout_s ended it)
+-- p.runtime_ms, p.backend.  While it runs p.returncode is nil.
 --
 -- A non-zero exit never raises.  SandboxExecutionError (reason, returncode
 -- = -1, backend, runtime_ms) is raised, by whichever method notices it and
@@ -61,7 +62,7 @@
 --       | "exit", res | false (the slice passed).  Output of a stream not
 --       wanted stays with the source (its producer blocks: backpressure);
 --       "exit" comes only once both streams are drained.  res = { term
---       ("exit", "signal", "timeout", "killed", "oom", "detached" or
+--       ("exit", "signal", "timeout", "killed", "oom", "session_expired", "detached" or
 --       "error"), returncode, signo, runtime_ms, backend?, error (the
 --       reason) or err (an sbx error table) for "error" }.
 --   src:eof(stream)     true once stream has no more output to give

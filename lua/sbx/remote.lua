@@ -9,6 +9,10 @@
 --   s:put_bytes("x.txt", "hi"); print(s:get_bytes("x.txt"))
 --   local h = s:handle()                       -- { kind = "sbx.remote", endpoint, id, name, token }
 --   local ref = remote.attach(h)               -- reference mode: run/put/get
+--   local str = tostring(h)                    -- "sbx+remote:<s.url>#<reference token>"
+--   local ref2 = sbx.attach(str)               -- the same, from any process
+--   local o = remote.lookup{ endpoint =, token =, name = "agent" } -- owner, or nil
+--   print(s.url, s.ip)                         -- GET s.url inspects it; the node's IP
 --   s:close()
 --
 -- Connection options (next to the session options, never sent as such):
@@ -61,6 +65,7 @@ local answer = require "sbx.remote.answer"
 local stream = require "sbx.remote.stream"
 local process = require "sbx.process"
 local node = require "sbx.remote.node"
+local trust = require "sbx.trust"
 
 local M = {}
 
@@ -159,10 +164,15 @@ local function wrap(tr, info, is_owner, ref_token)
   end
   local _, url = node.split(info.id)
   tr = to_node(tr, info.id)
+  local endpoint = url or tr.endpoint
   return setmetatable({
     max_file_bytes = type(info.max_file_bytes) == "number" and info.max_file_bytes or nil,
     name = info.name, id = info.id, created_at = info.created_at, backend = info.backend,
-    is_owner = is_owner, endpoint = url or tr.endpoint, work_dir = nil,
+    is_owner = is_owner, endpoint = endpoint, work_dir = nil,
+    -- The reference's metadata (issue 17): where GET inspects the session
+    -- (built here, so it names the endpoint this client reaches), and the
+    -- node's IP as the server knows it (nil: only a name or a socket).
+    url = endpoint .. "/v1/sessions/" .. info.id, ip = type(info.ip) == "string" and info.ip or nil,
     _tr = tr, _ref_token = ref_token, _closed = false,
   }, Session)
 end
@@ -177,6 +187,8 @@ function M.session(opts)
   local tr = connect(opts.endpoint, token, opts)
   local sopts = {}
   for k, v in pairs(opts) do if not CONN_KEYS[k] then sopts[k] = v end end
+  -- CA files are the client's: read here, sent as PEM text.
+  if sopts.ca_certs ~= nil then sopts.ca_certs = trust.check(sopts.ca_certs, true) end
   local info = call(tr, "POST", "/v1/sessions", sopts)
   if type(info) ~= "table" or type(info.id) ~= "string" then
     errors.raise(transport_error("the server's answer has no session id"))
@@ -184,8 +196,34 @@ function M.session(opts)
   return wrap(tr, info, true, info.tokens and info.tokens.reference)
 end
 
--- attach(h, opts) -> reference-mode Session from s:handle() (opts: ca_file, insecure_tls).
+-- A handle as a string (tostring(s:handle())): "sbx+remote:" .. the
+-- session's url .. "#" .. its reference token.  It holds the token: a
+-- secret, as the handle table is.
+local HANDLE_PREFIX = "sbx+remote:"
+local Handle = {}
+Handle.__index = Handle
+Handle.__tostring = function(h)
+  return ("%s%s/v1/sessions/%s#%s"):format(HANDLE_PREFIX, h.endpoint, h.id, h.token)
+end
+
+-- The handle table of a handle string; raises InvalidArgument.
+function M.parse_handle(str)
+  local endpoint, id, token = str:match("^sbx%+remote:(.+)/v1/sessions/([%w%.%-_]+)#(sbxr_%x+_%x+)$")
+  if not endpoint then
+    errors.raise(errors.InvalidArgument("handle", ("%q is not a remote session handle " ..
+      "(expected sbx+remote:ENDPOINT/v1/sessions/ID#TOKEN, from tostring(s:handle()))"):format(str:sub(1, 80))))
+  end
+  return setmetatable({ kind = "sbx.remote", endpoint = endpoint, id = id, token = token }, Handle)
+end
+
+function M.is_handle_string(v)
+  return type(v) == "string" and v:sub(1, #HANDLE_PREFIX) == HANDLE_PREFIX
+end
+
+-- attach(h, opts) -> reference-mode Session from s:handle() or its string
+-- (opts: ca_file, insecure_tls).
 function M.attach(h, opts)
+  if type(h) == "string" then h = M.parse_handle(h) end
   if type(h) ~= "table" or h.kind ~= "sbx.remote" or type(h.id) ~= "string" or type(h.token) ~= "string" then
     errors.raise(errors.InvalidArgument("handle", "a remote session handle (from s:handle()) expected"))
   end
@@ -195,6 +233,39 @@ function M.attach(h, opts)
   local probe = setmetatable({ id = h.id, name = h.name or h.id, _tr = tr }, Session)
   local info = scall(probe, "GET", "/v1/sessions/" .. h.id)
   return wrap(probe._tr, info, false, nil)
+end
+
+-- lookup(opts) -> the owner Session named opts.name among the token's
+-- open sessions (GET /v1/sessions?name=), or nil, why.  opts: the
+-- connection options and name.
+function M.lookup(opts)
+  if type(opts) ~= "table" then
+    errors.raise(errors.InvalidArgument("options", "a table with endpoint, token and name expected"))
+  end
+  if type(opts.name) ~= "string" or opts.name == "" then
+    errors.raise(errors.InvalidArgument("name", "the session's name (a non-empty string) expected"))
+  end
+  for k in pairs(opts) do
+    if not CONN_KEYS[k] and k ~= "name" then
+      errors.raise(errors.InvalidArgument(tostring(k), ("unknown option %q for lookup (connection " ..
+        "options and name only)"):format(tostring(k))))
+    end
+  end
+  local token = opts.token
+  if token == nil and opts.token_file then token = read_token_file(opts.token_file) end
+  local tr = connect(opts.endpoint, token, opts)
+  local q = opts.name:gsub("[^%w%-%._~]", function(c) return ("%%%02X"):format(c:byte()) end)
+  local ok, list = pcall(call, tr, "GET", "/v1/sessions?name=" .. q)
+  if not ok then
+    tr.conn:close()
+    error(list, 0)
+  end
+  local info = type(list) == "table" and type(list.sessions) == "table" and list.sessions[1]
+  if not info then
+    tr.conn:close()
+    return nil, ("no open session named %q"):format(opts.name)
+  end
+  return wrap(tr, info, true, info.tokens and info.tokens.reference)
 end
 
 Session.__tostring = function(s)
@@ -449,8 +520,8 @@ function Session:handle()
   if not self.is_owner then
     errors.raise(errors.InvalidArgument("self", "handles come from the owner of the session"))
   end
-  return { kind = "sbx.remote", endpoint = self.endpoint, id = self.id, name = self.name,
-    token = self._ref_token }
+  return setmetatable({ kind = "sbx.remote", endpoint = self.endpoint, id = self.id, name = self.name,
+    token = self._ref_token }, Handle)
 end
 
 function Session:alive()

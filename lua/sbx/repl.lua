@@ -34,7 +34,8 @@ local HELP = [[
   :shell                an interactive shell in the session (bash, else sh)
   :put LOCAL REMOTE     copy a local file into the session's work dir
   :get REMOTE LOCAL     copy a file out of the work dir
-  :net blocked|allowlist|open   network mode of the next ! runs
+  :net blocked|open|allowlist [HOST...]   network mode (and allow-list) of the
+                        next ! runs; checked at once with a trial run
   :session              show the session (opening it if needed)
   :close                close the session (the next ! opens a new one)
   :help                 this text
@@ -104,6 +105,16 @@ local function make_reader()
   return function() return io.read("*l") end, function() end, call, false
 end
 
+-- The on-device session's proxy logs to a file of the REPL's (sbx.session
+-- proxy_log, called in the proxy's own process), never into the prompt;
+-- after each run one line says what it refused meanwhile.
+local function proxy_log_to(path)
+  return function(line)
+    local f = io.open(path, "a")
+    if f then f:write(line, "\n") f:close() end
+  end
+end
+
 -- The session of `!cmd`, opened on first use.
 local Shell = {}
 Shell.__index = Shell
@@ -127,6 +138,10 @@ function Shell:session()
     opts.endpoint, opts.token_file = self.remote, self.token_file
     self.s = require("sbx.remote").session(opts)
   else
+    if not self.proxy_log then
+      self.proxy_log = os.tmpname()
+      require("sbx.session").proxy_log = proxy_log_to(self.proxy_log)
+    end
     self.s = require("sbx").session(opts)
   end
   return self.s
@@ -141,6 +156,7 @@ function Shell:run_tty(cmd)
   local rows, cols = tty.size()
   local term = os.getenv("TERM")
   local p = s:run(cmd, { pty = { rows = rows or 24, cols = cols or 80 }, network_mode = self.net,
+    network_allowlist = self.allowlist,
     env = term and term ~= "" and { TERM = term } or nil })
   self.p = p
   local ok, err = tty.raw()
@@ -177,7 +193,7 @@ function Shell:run(cmd)
   if self.tty then return self:run_tty(cmd) end
   if self.remote then
     -- No "inherit" over the network: the chunks are written as they come.
-    local p = s:run(cmd, { network_mode = self.net })
+    local p = s:run(cmd, { network_mode = self.net, network_allowlist = self.allowlist })
     self.p = p
     for st, data in p.read_any, p do
       local f = st == "stderr" and io.stderr or io.stdout
@@ -188,15 +204,35 @@ function Shell:run(cmd)
     self.p = nil
     return self:report(p)
   end
-  local p = s:run(cmd, { stdout = "inherit", stderr = "inherit", network_mode = self.net })
+  local p = s:run(cmd, { stdout = "inherit", stderr = "inherit", network_mode = self.net,
+    network_allowlist = self.allowlist })
   self.p = p -- for abort() when Ctrl-C interrupts the wait
   p:wait()
   self.p = nil
   return self:report(p)
 end
 
+function Shell:proxy_report()
+  if not self.proxy_log then return end
+  local f = io.open(self.proxy_log, "rb")
+  if not f then return end
+  f:seek("set", self.proxy_seen or 0)
+  local new = f:read("*a") or ""
+  self.proxy_seen = f:seek()
+  f:close()
+  local n, last = 0, nil
+  for line in new:gmatch("[^\n]+") do
+    if line:match("^refused ") then n, last = n + 1, line end
+  end
+  if n > 0 then
+    io.stdout:write(("[proxy: %d connection%s refused; last: %s]\n"):format(n, n == 1 and "" or "s",
+      last:sub(9)))
+  end
+end
+
 -- [exit N] after a run that did not exit 0.
 function Shell:report(p)
+  self:proxy_report()
   local rc, reason = p.returncode, p.termination_reason
   if rc ~= 0 then
     if reason and reason ~= "" and reason ~= "exit" then -- "" is an exit of its own
@@ -239,9 +275,8 @@ function Shell:command(line)
     f:write(data)
     f:close()
     io.stdout:write(("%s -> %s (%d bytes)\n"):format(a, b, #data))
-  elseif name == "net" and (rest == "blocked" or rest == "allowlist" or rest == "open") then
-    self.net = rest
-    io.stdout:write(("network_mode %s for the next runs\n"):format(rest))
+  elseif name == "net" and rest:match("^(%a+)") then
+    self:set_net(rest)
   elseif name == "session" then
     local s = self:session()
     io.stdout:write(pretty.show({ name = s.name, id = s.id, backend = s.backend,
@@ -258,7 +293,36 @@ function Shell:command(line)
   end
 end
 
+-- :net MODE [HOST...]: refused here, not at the next run, when the session
+-- (its mode, its policy, its allow-list) would deny it: a trial run asks.
+function Shell:set_net(rest)
+  local mode, list = rest:match("^(%a+)%s*(.-)$")
+  if mode ~= "blocked" and mode ~= "allowlist" and mode ~= "open" then
+    error("InvalidArgument: :net takes blocked, open or allowlist [HOST...], not '" .. rest .. "'", 0)
+  end
+  local hosts
+  if list ~= "" then
+    if mode ~= "allowlist" then error("InvalidArgument: only :net allowlist takes hosts", 0) end
+    hosts = {}
+    for h in list:gmatch("[^%s,]+") do hosts[#hosts + 1] = h end
+  end
+  local s = self:session()
+  local ok, e = pcall(s.exec, s, "true", { network_mode = mode, network_allowlist = hosts })
+  if not ok then
+    local hint = mode == "allowlist" and not hosts and not (type(e) == "table" and e.rule == "session.network_mode")
+    local more = hint and "; name the hosts: :net allowlist HOST..." or ""
+    error(("%s (:net %s refused%s)"):format(errtext(e), rest, more), 0)
+  end
+  self.net, self.allowlist = mode, hosts
+  io.stdout:write(("network_mode %s%s for the next runs\n"):format(mode,
+    hosts and (" (" .. table.concat(hosts, ", ") .. ")") or ""))
+end
+
 function Shell:close()
+  if self.proxy_log then -- the next session's proxy starts a new file
+    os.remove(self.proxy_log)
+    self.proxy_seen = 0
+  end
   if self.s then
     local s = self.s
     self.s = nil

@@ -41,8 +41,11 @@
 --                             InvalidArgument, PolicyDenied
 --   s:warm_fd(o)           -> fd | nil: readable once a warm run for o is
 --                             on offer; nil: no need to wait
---   s:start_run(o)         -> the sbx.core run | nil, error table; never
---                             raises (the host streams the run itself)
+--   s:start_run(o)         -> the sbx.core run, release | nil, error table;
+--                             never raises (the host streams the run
+--                             itself, and calls release() once it ended:
+--                             a run with its own allow-list stops being
+--                             served by the proxy)
 --   s:open_file(path)      -> fd, size: what get_bytes would read, as an fd
 --                             the caller closes; errors carry `code`
 --                             ("not_found", "too_large") from the core
@@ -56,9 +59,14 @@
 -- (or is collected).
 
 local errors = require "sbx.errors"
+local narrow = require "sbx.policy.narrow"
 local options = require "sbx.options"
 local policy = require "sbx.policy"
+local policy_files = require "sbx.policy.files"
 local process = require "sbx.process"
+local trust = require "sbx.trust"
+local venv = require "sbx.venv"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -80,6 +88,24 @@ local function core()
   end
   core_module = mod
   return mod
+end
+
+-- Engines of the policy files sessions were opened with, each kept while
+-- its file's text stays the same: compiling a policy costs about a
+-- millisecond, most of what sbx.session spends in Lua.  Sessions of one
+-- file share its engine (and its hooks' state), as sbxd's do.
+local engines = {}
+local function engine_for(p)
+  if p ~= nil and type(p) ~= "string" then return policy.engine_for(p) end
+  local file = policy_files.resolve(p)
+  local f = io.open(file, "rb")
+  local text = f and f:read("*a")
+  if f then f:close() end
+  local e = engines[file]
+  if text and e and e.current.source == text then return e end
+  e = policy.engine_for(p)
+  engines[file] = e
+  return e
 end
 
 local function random_hex(nbytes)
@@ -188,7 +214,7 @@ function M.open(opts)
   end
   options.check_keys(opts, options.SESSION_KEYS, "session")
   -- opts.policy: a path, or a shared (reloadable) policy engine.
-  local pol = policy.engine_for(opts.policy)
+  local pol = engine_for(opts.policy)
   local c = core()
   local o, gen = pol:admit_session(opts, {
     realpath = c and function(p) return (c.realpath(p)) end,
@@ -217,6 +243,7 @@ function M.open(opts)
     shm_bytes = o.shm_mb and o.shm_mb * 1024 * 1024 or pol.defaults.shm_bytes,
     nofile = o.nofile,
     lifetime_ms = o.lifetime_ms,
+    expire_grace_ms = o.expire_grace_ms,
     warm_runs = o.warm_runs,
     warm_idle_ms = o.warm_idle_s and math.ceil(o.warm_idle_s * 1000) or nil,
     network_mode = o.network_mode,
@@ -233,6 +260,21 @@ function M.open(opts)
     gpu_paths = (o.gpus or 0) > 0 and gpu_paths(gen) or nil,
     gpu_shared = (o.gpus or 0) > 0 and gen.ceilings.gpu_shared == true or nil,
   }
+  -- Secrets: a CA of the session's own (its key stays in this process and
+  -- the proxy child), trusted by the runs through the ca_certs bundle.
+  local sec, ca = o.secrets and #o.secrets > 0 and secrets.with_placeholders(o.secrets, random_hex)
+  if sec then
+    local k, m
+    ca, k, m = c.proxy_ca(random_hex(4))
+    if not ca then errors.raise(errors.from_core(k, m, { backend = o.backend })) end
+    o.env = secrets.env(o.env, sec)
+  end
+  local pems = {}
+  for i, p in ipairs(o.ca_certs or {}) do pems[i] = p end
+  if ca then pems[#pems + 1] = ca:pem() end
+  copts.ca_bundle = trust.bundle(pems)
+  if copts.ca_bundle then o.env = trust.env(o.env) end
+  if o.venv then o.env = venv.env(o, gen.defaults.env and gen.defaults.env.PATH or options.DEFAULT_ENV.PATH) end
   local cs, kind, msg
   if opts.wait then
     cs, kind, msg = open_waiting(c, copts, opts.wait)
@@ -241,6 +283,14 @@ function M.open(opts)
   end
   if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
   if (o.gpus or 0) > 0 then o.env = gpu_env(cs, o.env) end
+  -- Backend none runs on the host, where /tmp/sandbox-work does not exist:
+  -- HOME is the work dir there (issue 17), unless the policy or caller set one.
+  if o.backend == "none" and not (o.env and o.env.HOME) and not pol.defaults.env.HOME then
+    local env = {}
+    for k, v in pairs(o.env or {}) do env[k] = v end
+    env.HOME = cs:work_dir()
+    o.env = env
+  end
   local id = random_hex(16)
   local st = {
     core = cs,
@@ -259,6 +309,8 @@ function M.open(opts)
     max_file_bytes = o.max_file_bytes,
     timeout_s = o.timeout_s,
     caller = opts.caller, -- { origin, tenant }: what hooks see (sbx.policy caller_ctx)
+    venv = o.venv and { python_venv = o.python_venv, ready = false } or nil, -- sbx.venv
+    secrets = sec and secrets.spec(sec, ca) or nil, -- for the proxy only
     closed = false,
   }
   -- An open session's runs may narrow to allowlist: it has a proxy too.
@@ -287,21 +339,82 @@ function start_proxy(c, st, host)
   }
   for k, v in pairs(policy.caller_ctx(st.caller)) do ctx[k] = v end
   local engine, gen = st.engine, st.policy
-  local decide = function(q) return engine:proxy_verdict(q, ctx, gen) end
+  -- Runs with an allow-list of their own come in on listeners of their
+  -- own (tagged <id>/run<n>), decided with their list; a listener the
+  -- proxy knows no list for refuses.
+  local run_ctx = {}
+  local decide = function(q)
+    local qctx = q.tag == st.id and ctx or run_ctx[q.tag]
+    if not qctx then return { allow = false, reason = "no allow-list for this run" } end
+    return engine:proxy_verdict(q, qctx, gen)
+  end
+  local runs, n = {}, 0 -- tags served now
+  local function run_tag()
+    n = n + 1
+    return st.id .. "/run" .. n
+  end
   if host then
     -- A host with an event loop of its own (sbxd) serves it there.
     -- (and, where the policy has on_connect, asks its policy worker with
     -- the same engine, generation and context)
-    host:add(fd, st.id, decide, { engine = engine, gen = gen, ctx = ctx })
-    st.proxy = { close = function() host:remove(st.id) end }
+    host:add(fd, st.id, decide, { engine = engine, gen = gen, ctx = ctx }, st.secrets)
+    st.proxy = { close = function()
+      host:remove(st.id)
+      for tag in pairs(runs) do host:remove(tag) end
+    end }
+    st.serve_run_listener = function(lfd, list)
+      local tag, rc = run_tag(), narrow.ctx(ctx, list)
+      run_ctx[tag] = rc
+      host:add(lfd, tag, decide, { engine = engine, gen = gen, ctx = rc }, st.secrets)
+      runs[tag] = true
+      return function()
+        if runs[tag] then host:remove(tag) end
+        runs[tag], run_ctx[tag] = nil, nil
+      end
+    end
     return
   end
+  -- On-device the child has its own copy of run_ctx: a run's list goes
+  -- to it with the listener (child:add), and on_add fills it in there.
+  local on_add = function(tag, data)
+    if data == nil then
+      run_ctx[tag] = nil
+      return
+    end
+    local list = {}
+    for e in data:gmatch("[^\n]+") do list[#list + 1] = e end
+    run_ctx[tag] = narrow.ctx(ctx, list)
+  end
+  -- In the forked child (issue 17): one line per refusal, the proxy's own
+  -- (it carries the policy's reason), not the policy's "denied:" too; and
+  -- to M.proxy_log when the host set one (the REPL: a file it reports from
+  -- after each run, instead of lines landing in its prompt).
   local child, k2, m2 = c.proxy_spawn(fd, st.id, {
-    decide = decide,
-    log = function(line) gen.emit("proxy: " .. line) end,
-  })
+    decide = function(q)
+      local emit = gen.emit
+      gen.emit = function(line) if not line:match("^denied: ") then emit(line) end end
+      local ok, v = pcall(decide, q)
+      gen.emit = emit
+      if not ok then error(v, 0) end
+      return v
+    end,
+    log = function(line)
+      if M.proxy_log then M.proxy_log(line) else gen.emit("proxy: " .. line) end
+    end,
+    secrets = st.secrets,
+  }, on_add)
   if not child then errors.raise(errors.from_core(k2, m2, { backend = st.backend })) end
   st.proxy = child
+  st.serve_run_listener = function(lfd, list)
+    local tag = run_tag()
+    local ok, k3, m3 = child:add(lfd, tag, table.concat(list, "\n"))
+    if not ok then errors.raise(errors.from_core(k3, m3, { backend = st.backend })) end
+    runs[tag] = true
+    return function()
+      if runs[tag] then child:remove(tag) end
+      runs[tag] = nil
+    end
+  end
 end
 
 -- wrap(st, is_owner) -> a Session object over the shared state.
@@ -352,16 +465,41 @@ local function live(s)
   return s._st
 end
 
--- core_run(st, o) -> the core's run, or nil and an error table.  o: the
+-- A run with its own allow-list: the proxy serves its namespace's
+-- listener with that list -> release (call once the run ended), or nil
+-- and an error table (the run is killed: its connections were never
+-- served).
+local function serve_own_list(st, r, o)
+  local fd = r:take_listener()
+  local ok, release = false, "the run came without its proxy listener"
+  if fd and st.serve_run_listener then
+    ok, release = pcall(st.serve_run_listener, fd, o.network_allowlist)
+  elseif fd then
+    release = "the session has no proxy"
+  end
+  if ok then return release end
+  r:close()
+  return nil, errors.is(release) and release
+    or errors.SandboxExecutionError("the run's own allow-list: " .. tostring(release), st.backend, 0)
+end
+
+-- core_run(st, o) -> the core's run and its release function (a run with
+-- its own allow-list; else a no-op), or nil and an error table.  o: the
 -- admitted run options (sbx.options.run).
 local function core_run(st, o)
+  local own = o.network_allowlist ~= nil
   local r, kind, msg = st.core:run {
-    argv = o.argv, env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
+    argv = venv.argv(st, o.argv), env = o.env, cwd = o.cwd, stdin = o.stdin, stdout = o.stdout,
     stderr = o.stderr, stdin_data = o.stdin_data, timeout_ms = o.timeout_ms,
     network_mode = o.network_mode, stdin_live = o.stdin_live, pty_rows = o.pty_rows,
-    pty_cols = o.pty_cols,
+    pty_cols = o.pty_cols, own_netns = own or nil,
   }
-  if r then return r end
+  if r and not own then return r, function() end end
+  if r then
+    local release, err = serve_own_list(st, r, o)
+    if not release then return nil, err end
+    return r, release
+  end
   if kind == "SessionClosed" then
     return nil, errors.SessionClosed(("session %s has ended: %s"):format(st.name, tostring(msg)))
   elseif kind == "InvalidArgument" then
@@ -375,7 +513,17 @@ end
 local function start(st, cmd, o)
   local r, err = core_run(st, o)
   if not r then errors.raise(err) end
-  return process.new(r, { cmd = cmd, backend = st.backend, stdout = o.stdout, stderr = o.stderr,
+  local release = err
+  local src = process.local_source(r)
+  if o.network_allowlist then
+    -- The proxy stops serving the run's listener once the run is over.
+    local close = src.close
+    src.close = function(self)
+      close(self)
+      release()
+    end
+  end
+  return process.from_source(src, { cmd = cmd, backend = st.backend, stdout = o.stdout, stderr = o.stderr,
     stdin_live = o.stdin_live, pty = o.pty_rows ~= nil,
     core = core_module, session_closed = function() return st.closed end })
 end
@@ -506,6 +654,7 @@ end
 
 function Session:warm_fd(o)
   local st = live(self)
+  if o.network_allowlist then return st.core:own_offer_fd() end
   return st.core:offer_fd(o.network_mode or "blocked")
 end
 

@@ -270,6 +270,17 @@ static int run_require(lua_State *L, const char *name)
 	return 0;
 }
 
+/* The sbx module as the global sbx, as the REPL has it (issue 17), for -e
+ * chunks and a script read from stdin: one-liners need no require.  A
+ * script file still requires what it uses. */
+static int sbx_global(lua_State *L)
+{
+	lua_getglobal(L, "sbx");
+	bool have = !lua_isnil(L, -1);
+	lua_pop(L, 1);
+	return have ? 0 : run_require(L, "sbx");
+}
+
 /* Run every -e and -l in command-line order; stop at the first failure. */
 static int run_chunks(lua_State *L, int argc, char **argv, int script)
 {
@@ -289,7 +300,8 @@ static int run_chunks(lua_State *L, int argc, char **argv, int script)
 			continue;
 		val = a[2] ? a + 2 : argv[++i];
 		if (a[1] == 'e') {
-			if (run_chunk(L, luaL_loadbuffer(L, val, strlen(val), "=(command line)")))
+			if (sbx_global(L) ||
+			    run_chunk(L, luaL_loadbuffer(L, val, strlen(val), "=(command line)")))
 				return 1;
 		} else if (run_require(L, val)) {
 			return 1;
@@ -302,9 +314,12 @@ static int run_chunks(lua_State *L, int argc, char **argv, int script)
 static int run_script(lua_State *L, int argc, char **argv, int script)
 {
 	const char *fname = strcmp(argv[script], "-") == 0 ? NULL : argv[script];
-	int status = luaL_loadfile(L, fname);
+	int status;
 	int i;
 
+	if (!fname && sbx_global(L))
+		return 1;
+	status = luaL_loadfile(L, fname);
 	if (status != 0)
 		return report(L, status);
 	luaL_checkstack(L, argc - script + 1, "too many script arguments");
@@ -418,7 +433,7 @@ int main(int argc, char **argv)
 		} else if (!cli.script && !cli.has_chunks) {
 			if (isatty(STDIN_FILENO))
 				status = run_repl(L, cli.session_opts, &cli);
-			else
+			else if ((status = sbx_global(L)) == 0)
 				status = run_chunk(L, luaL_loadfile(L, NULL));
 		}
 	}

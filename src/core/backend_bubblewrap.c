@@ -124,6 +124,9 @@ int sbx_bwrap_start(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	s->direct.bwrap_argv = s->bwrap_argv;
 	s->direct.uid = s->host_uid;
 	s->direct.gid = s->host_gid;
+	/* The run's checks look at the work dir where bwrap binds it from. */
+	if (s->work_stage[0])
+		s->direct.host_work_dir = s->work_stage;
 	return 0;
 }
 

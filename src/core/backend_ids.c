@@ -91,7 +91,7 @@ int sbx_ids_privileged_own(sbx_session *s, const sbx_session_opts *o, sbx_err *e
 	s->host_gid = (gid_t)s->host_uid;
 	s->inside_uid = s->host_uid;
 	s->inside_gid = s->host_gid;
-	if (chown(s->work_dir, s->host_uid, s->host_gid) != 0)
+	if (!s->pinned && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s: %s", s->work_dir,
 				   strerror(errno));
 	return 0;

@@ -1,8 +1,8 @@
 /*
  * backend_none.c: backend "none", and the half of backend "bubblewrap" it
  * shares: no zygote; the host forks each run's sbx-init itself, on demand,
- * into the session's cgroup, and reaps it.  A session ends by its lifetime
- * when next asked (there is no zygote to time it).
+ * into the session's cgroup, and reaps it.  At the session's lifetime each
+ * run's init ends its own run (init.c); nothing else of the session lives.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -42,6 +42,44 @@ void sbx_none_reap(sbx_session *s, bool wait_all)
 	s->n_direct = k;
 }
 
+/* Close the idmapped copies made for a run (the child has its own). */
+static void drop_idmap(sbx_session *s)
+{
+	for (size_t i = 0; i < s->direct.n_idmap; i++)
+		close(s->direct.idmap_fd[i]);
+	s->direct.n_idmap = 0;
+}
+
+/* bubblewrap as root: a fresh idmapped copy of each read_write_path that
+ * needs one and of a pinned work dir, for this run's workload to attach
+ * (idmap.c).  0, or -1. */
+static int make_idmap(sbx_session *s, sbx_err *err)
+{
+	s->direct.n_idmap = 0;
+	for (size_t i = 0; s->direct.bwrap_argv && i < s->fs.n; i++) {
+		if (s->fs.e[i].idmap_ns < 0 || s->direct.n_idmap == SBX_MAX_CARRY)
+			continue;
+		int fd = sbx_idmap_tree(&s->fs.e[i], err);
+		if (fd < 0) {
+			drop_idmap(s);
+			return -1;
+		}
+		s->direct.idmap_fd[s->direct.n_idmap] = fd;
+		s->direct.idmap_path[s->direct.n_idmap++] = s->fs.e[i].src;
+	}
+	/* A pinned work dir: this run's copy over the stage (session.c). */
+	if (s->direct.bwrap_argv && s->work_stage[0] && s->direct.n_idmap < SBX_MAX_CARRY) {
+		int fd = sbx_idmap_copy("work_dir", s->work_dir, s->work_ns, err);
+		if (fd < 0) {
+			drop_idmap(s);
+			return -1;
+		}
+		s->direct.idmap_fd[s->direct.n_idmap] = fd;
+		s->direct.idmap_path[s->direct.n_idmap++] = s->work_stage;
+	}
+	return 0;
+}
+
 /* Backend "none": the host forks the run's init itself, on demand (the
  * mode is always blocked; rc stays empty: the run cgroup comes later). */
 int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
@@ -51,7 +89,7 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 
 	(void)mode;
 	(void)rc;
-	if (sbx_none_expired(s))
+	if (sbx_session_expired(s))
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
 				   "the session's lifetime has passed");
 	sbx_none_reap(s, false);
@@ -60,6 +98,11 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 				   "backend none: more than %d runs at once", MAX_DIRECT);
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
+	if (make_idmap(s, err) < 0) {
+		close(sp[0]);
+		close(sp[1]);
+		return -1;
+	}
 	/* The child is born with every signal blocked, so one the caller
 	 * sends right after the start waits for init's signalfd instead of
 	 * killing it (the zygote does the same for the native backends). */
@@ -67,8 +110,10 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 	sigfillset(&all);
 	sigprocmask(SIG_SETMASK, &all, &old);
 	pid_t pid = sbx_sys_clone3_fork(0, &own);
-	if (pid != 0)
+	if (pid != 0) {
 		sigprocmask(SIG_SETMASK, &old, NULL);
+		drop_idmap(s);
+	}
 	if (pid < 0) {
 		close(sp[0]);
 		close(sp[1]);
@@ -111,24 +156,12 @@ int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 	return 0;
 }
 
-/* Backends without a zygote end by lifetime when next asked. */
-bool sbx_none_expired(sbx_session *s)
-{
-	if (!s->direct.lifetime_ms)
-		return false;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	uint64_t ms = (uint64_t)(now.tv_sec - s->t0.tv_sec) * 1000 +
-		      (uint64_t)((now.tv_nsec - s->t0.tv_nsec) / 1000000);
-	if (ms < s->direct.lifetime_ms)
-		return false;
-	sbx_none_reap(s, true);
-	return true;
-}
-
+/* Nothing resident: alive until the lifetime (session.c checks it), which
+ * each run's init enforces on its own run (init.c). */
 bool sbx_none_alive(sbx_session *s)
 {
-	return !sbx_none_expired(s);
+	(void)s;
+	return true;
 }
 
 void sbx_none_stop(sbx_session *s)
@@ -149,10 +182,11 @@ int sbx_none_start(sbx_session *s, const sbx_session_opts *o)
 	s->direct.nofile = sbx_session_run_nofile(o);
 	s->direct.fsize = o->fsize_bytes;
 	s->direct.lifetime_ms = o->lifetime_ms;
+	s->direct.expire_at_ms = s->expire_at_ms;
+	s->direct.expire_grace_ms = s->expire_grace_ms;
 	s->direct.userns_fd = -1;
 	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
 		s->direct.bwrap_data_fd[i] = -1;
-	clock_gettime(CLOCK_MONOTONIC, &s->t0);
 	return 0;
 }
 

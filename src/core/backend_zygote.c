@@ -91,8 +91,16 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	}
 	/* Nothing of the host process may reach the sandbox: not its other
 	 * sessions' sockets, not its terminal. */
-	int keep[3] = {sync_fd, ctl_fd, image_fd};
-	sbx_close_fds_except(keep, 3);
+	int keep[3 + SBX_FS_MAX_ENTRIES];
+	size_t nkeep = 0;
+	keep[nkeep++] = sync_fd;
+	keep[nkeep++] = ctl_fd;
+	keep[nkeep++] = image_fd;
+	/* The host's idmapped binds, attached as the root is built. */
+	for (size_t i = 0; i < s->fs.n; i++)
+		if (s->fs.e[i].mount_fd >= 0)
+			keep[nkeep++] = s->fs.e[i].mount_fd;
+	sbx_close_fds_except(keep, nkeep);
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int i = 0; devnull >= 0 && i < 3; i++)
 		dup2(devnull, i);
@@ -139,6 +147,7 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
 		cfg.bwrap_data_fd[i] = -1;
 	cfg.warm_mode = o->network_mode;
+	cfg.proxy_port = o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT;
 	cfg.ctl_fd = ctl_fd;
 	cfg.oom_fd = oom_fd;
 	/* The host made us immune where it could (CAP_SYS_RESOURCE). */
@@ -150,18 +159,24 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	}
 	cfg.memory_limited = s->cg.oom_path[0] != '\0';
 	/* Inits serve run after run where the host made an inbox for them
-	 * (not with a memory ceiling: a memory-limited run lives in a cgroup
-	 * of its own, which its init joins and dies with). */
+	 * (with a memory ceiling an init stays in its run cgroup, which
+	 * then serves its runs one after another: cgroup.c). */
 	cfg.reuse = s->inbox[0] >= 0;
 	size_t nc = 0;
 	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
 	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
 		if (sbx_rootfs_is_scratch(o->binds[i].path))
 			cfg.carry[nc++] = o->binds[i].path;
+	/* A pinned work dir at its host path below /tmp (rootfs_desc.c). */
+	const char *alias = sbx_rootfs_work_alias(o, s->work_dir);
+	if (alias && sbx_rootfs_is_scratch(alias) && nc < SBX_MAX_CARRY)
+		cfg.carry[nc++] = alias;
 	cfg.seccomp = prog;
 	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
 	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
 	cfg.lifetime_ms = o->lifetime_ms;
+	cfg.expire_at_ms = s->expire_at_ms;
+	cfg.expire_grace_ms = s->expire_grace_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
 	cfg.idle_ms = !o->warm_idle_ms		      ? SBX_WARM_IDLE_MS
 		      : o->warm_idle_ms == UINT32_MAX ? 0
@@ -230,9 +245,8 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 	}
 	/* Runs give inits back here (cfg.reuse in zygote_child); never
 	 * blocking a run's end: a full inbox lets the init go. */
-	if (!s->cg.oom_path[0] && s->max_idle &&
-	    (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, s->inbox) !=
-	     0)) {
+	if (s->max_idle && (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
+				       s->inbox) != 0)) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}

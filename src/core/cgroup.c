@@ -38,6 +38,11 @@
  *   v1  no group kill in the kernel: the host sees the run's counter grow
  *       (run.c polls it) and SIGKILLs each pid of the run's cgroup.procs,
  *       again and again until it is empty (a forking process races).
+ * An init whose run ended cleanly (not signalled, no OOM kill) keeps its
+ * run cgroup and serves the session's next runs in it (init reuse, as
+ * without a ceiling): its PID namespace is empty by then, so the cgroup
+ * holds only it, and each run counts OOM kills from where the counter
+ * stood when it was taken.
  * v1 counts a kill only in the victim's own cgroup, so the session's
  * total adds its runs' (live ones read, removed ones remembered in a
  * tally shared by the session and its runs).
@@ -52,6 +57,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +157,7 @@ struct sbx_cg_tally {
 	bool open;	    /* the session has not begun to go */
 	int spare;	    /* SPARE_* */
 	int64_t spare_base; /* its oom_kill count when kept */
+	uint32_t spare_seq;
 	char spare_dir[PATH_MAX];
 };
 enum { SPARE_NONE, SPARE_KEPT, SPARE_BUSY };
@@ -587,11 +594,12 @@ int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sb
 		/* The one an ended run left: empty, its counter noted. */
 		snprintf(rc->dir, sizeof(rc->dir), "%s", t->spare_dir);
 		rc->oom_base = t->spare_base;
+		rc->seq = t->spare_seq;
 		__atomic_store_n(&t->spare, SPARE_NONE, __ATOMIC_RELEASE);
 		reused = true;
 	} else {
-		snprintf(rc->dir, sizeof(rc->dir), "%.4000s/run-%u", parent,
-			 __atomic_add_fetch(&run_seq, 1, __ATOMIC_RELAXED));
+		rc->seq = __atomic_add_fetch(&run_seq, 1, __ATOMIC_RELAXED);
+		snprintf(rc->dir, sizeof(rc->dir), "%.4000s/run-%u", parent, rc->seq);
 		if (mkdir(rc->dir, 0755) != 0) {
 			int e = errno;
 			sbx_err_set(err, SBX_E_EXECUTION, e, "cgroup: mkdir %s: %s", rc->dir,
@@ -692,6 +700,7 @@ int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
 					__ATOMIC_ACQUIRE)) {
 		snprintf(t->spare_dir, sizeof(t->spare_dir), "%s", rc->dir);
 		t->spare_base = n < 0 ? 0 : n;
+		t->spare_seq = rc->seq;
 		__atomic_store_n(&t->spare, SPARE_KEPT, __ATOMIC_RELEASE);
 		tally_unref(&rc->tally);
 		rc->version = 0;
@@ -707,6 +716,57 @@ int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
 	tally_unref(&rc->tally);
 	rc->version = 0;
 	return rc_;
+}
+
+/* ---- init reuse at a memory ceiling ----
+ * A run that ended cleanly leaves only its init in its cgroup (init
+ * waited until its PID namespace was empty), so the init and its cgroup
+ * serve the next run together: no clone, no migration, no mkdir.  The
+ * run's OOM count starts from the counter as the next run takes it. */
+
+void sbx_cgroup_run_idle(int pidfd)
+{
+	/* Claimed, init had 1000; idle it is a warm run again (500).  The
+	 * pidfd says the pid was still init's when the file was opened. */
+	pid_t pid = pidfd_pid(pidfd);
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+	int fd = pid > 0 ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+	struct pollfd dead = {pidfd, POLLIN, 0};
+	if (fd >= 0 && poll(&dead, 1, 0) == 0)
+		(void)!write(fd, "500", 3);
+	if (fd >= 0)
+		close(fd);
+}
+
+void sbx_cgroup_run_release(sbx_run_cgroup *rc)
+{
+	tally_unref(&rc->tally);
+	rc->version = 0;
+}
+
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, sbx_run_cgroup *rc)
+{
+	memset(rc, 0, sizeof(*rc));
+	if (!cg->oom_path[0] || !seq)
+		return;
+	const char *parent = cg->version == 2 ? cg->dir[0] : cg->dir[SBX_CG_MEMORY];
+	rc->version = cg->version;
+	rc->seq = seq;
+	snprintf(rc->dir, sizeof(rc->dir), "%.4000s/run-%u", parent, seq);
+	snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/%s", rc->dir,
+		 cg->version == 2 ? "memory.events" : "memory.oom_control");
+	int64_t n = sbx_cgroup_run_oom_kills(rc);
+	rc->oom_base = n < 0 ? 0 : n;
+	rc->tally = tally_ref(cg->tally);
+}
+
+void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq)
+{
+	sbx_run_cgroup rc;
+	sbx_cgroup_run_adopt(cg, seq, &rc);
+	sbx_cgroup_run_kill(&rc);
+	sbx_cgroup_run_remove(&rc);
 }
 
 int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err)

@@ -286,6 +286,10 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	 * suspended until we exec: start_workload). */
 	if (say_ready && send(hsock, "r", 1, MSG_NOSIGNAL) != 1)
 		_exit(0);
+	/* With a memory ceiling the host raises our OOM score before it
+	 * sends the request: a fresh init's workload says it exists ("w"). */
+	if (!say_ready && cfg->memory_limited && send(hsock, "w", 1, MSG_NOSIGNAL) != 1)
+		_exit(0);
 	recv_request(hsock, cfg->idle_ms, &req, payload, fds);
 	int status_fd = fds[3];
 	if (what) {
@@ -381,6 +385,24 @@ static int make_timer(uint32_t ms)
 	its.it_value.tv_sec = ms / 1000;
 	its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
 	timerfd_settime(fd, 0, &its, NULL);
+	return fd;
+}
+
+/* The session's end as a timer (absolute, so a run started after it
+ * fires at once), or -1 when the session has none. */
+static int make_expiry_timer(const struct sbx_zygote_cfg *cfg)
+{
+	struct itimerspec its;
+
+	if (!cfg->expire_at_ms)
+		return -1;
+	int fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	memset(&its, 0, sizeof(its));
+	its.it_value.tv_sec = (time_t)(cfg->expire_at_ms / 1000);
+	its.it_value.tv_nsec = (long)(cfg->expire_at_ms % 1000) * 1000000L;
+	timerfd_settime(fd, TFD_TIMER_ABSTIME, &its, NULL);
 	return fd;
 }
 
@@ -509,8 +531,8 @@ static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 }
 
 /*
- * Fork the workload (child: it never returns).  Without a memory ceiling
- * with vfork: init has nothing to do until the workload has the request
+ * Fork the workload (child: it never returns), with vfork: init has
+ * nothing to do until the workload has the request
  * and execs (signals the host sends meanwhile wait on the signalfd, and a
  * workload that dies first wakes us as well), so the workload may borrow
  * init's memory until then.  That spares a run the copy of init's page
@@ -519,15 +541,16 @@ static __attribute__((noreturn)) void refuse(int hsock, const char *why)
  * its own frames (below ours) and its own statics, and changes only
  * per-task state (ids, capabilities, rlimits, seccomp, signal mask, fds:
  * not shared by vfork).  With a memory ceiling the host must see the
- * workload ("w") before it sends the request, so init has to run on:
- * fork.  noinline: the vfork stays in this frame, which the child never
- * returns from.
+ * workload before it sends the request: the workload itself says so
+ * ("w", or "r" when reused), as init is suspended until it execs.
+ * noinline: the vfork stays in this frame, which the child never returns
+ * from.
  */
 static __attribute__((noinline)) pid_t start_workload(const struct sbx_zygote_cfg *cfg, int hsock,
 						      const int wsock[2], int sfd, bool say_ready)
 {
 	pid_t init_pid = getpid();
-	pid_t pid = cfg->memory_limited ? fork() : vfork();
+	pid_t pid = vfork();
 
 	if (pid == 0) {
 		close(wsock[0]);
@@ -587,7 +610,8 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 			_exit(1);
 		refuse(hsock, strerror(errno));
 	}
-	if (cfg->memory_limited)
+	/* (A reused init stays in the run cgroup it was placed in.) */
+	if (cfg->memory_limited && !reused)
 		wait_placed(cfg, hsock);
 	/* At a pids ceiling keep trying for a while, or the next run would
 	 * get this init's refusal although the bomb is long over. */
@@ -601,11 +625,6 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 						"ceiling"
 					      : strerror(errno));
 	}
-	/* With a memory ceiling the host raises the run's OOM score when it
-	 * takes the run: tell it the workload exists (fork has returned, so
-	 * it is listed among our children) before it looks. */
-	if (cfg->memory_limited)
-		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
 	close(wsock[1]);
 	/* The request goes straight to the workload. */
 	if (!cfg->reuse)
@@ -642,6 +661,10 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	}
 	close(wsock[0]);
 	int tfd = make_timer(st.timeout_ms);
+	/* The session's end cuts the run short the same way, with the
+	 * session's grace; the end is reported as the session's. */
+	int efd = make_expiry_timer(cfg);
+	bool expiring = false;
 	/* The host may signal the run as soon as it has the pidfd, which can
 	 * be before the workload started: deliver what came early. */
 	for (int sig = 1; sig < 64; sig++)
@@ -651,9 +674,31 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 		}
 
 	while (!exited) {
-		struct pollfd pfd[2] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}};
-		if (poll(pfd, tfd >= 0 ? 2 : 1, -1) < 0 && errno != EINTR)
+		struct pollfd pfd[3] = {{sfd, POLLIN, 0}, {tfd, POLLIN, 0}, {efd, POLLIN, 0}};
+		if (poll(pfd, 3, -1) < 0 && errno != EINTR)
 			break;
+		if (efd >= 0 && (pfd[2].revents & POLLIN)) {
+			uint64_t ticks;
+			if (read(efd, &ticks, sizeof(ticks)) < 0)
+				ticks = 0;
+			if (!expiring) {
+				/* A run already past its own timeout keeps
+				 * that reason (and its shorter grace). */
+				if (!killing)
+					timed_out = SBX_STATUS_EXPIRED;
+				expiring = true;
+				kill_run(cfg, child, SIGTERM);
+				struct itimerspec its = {{0, 0}, {0, 0}};
+				its.it_value.tv_sec = cfg->expire_grace_ms / 1000;
+				its.it_value.tv_nsec =
+					(long)(cfg->expire_grace_ms % 1000) * 1000000L;
+				if (!cfg->expire_grace_ms)
+					its.it_value.tv_nsec = 1;
+				timerfd_settime(efd, 0, &its, NULL);
+			} else {
+				kill_run(cfg, child, SIGKILL);
+			}
+		}
 		if (tfd >= 0 && (pfd[1].revents & POLLIN)) {
 			uint64_t ticks;
 			if (read(tfd, &ticks, sizeof(ticks)) < 0)
@@ -661,7 +706,8 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 			if (!killing) {
 				/* Everything, not just the group: a child that
 				 * called setsid() must not escape. */
-				timed_out = 1;
+				if (!expiring)
+					timed_out = 1;
 				killing = true;
 				kill_run(cfg, child, SIGTERM);
 				struct itimerspec its = {{0, 0}, {0, 0}};
@@ -689,6 +735,8 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	}
 	if (tfd >= 0)
 		close(tfd);
+	if (efd >= 0)
+		close(efd);
 	/* The workload is gone: nothing it started may outlive it.  Until
 	 * waitpid says we have no child left, the PID namespace is not empty
 	 * (orphans become ours); a process forking as we kill is killed by
@@ -761,10 +809,14 @@ void sbx_init_main(const struct sbx_zygote_cfg *cfg, int hsock)
 			born[r].rlim_cur = born[r].rlim_max = RLIM_INFINITY;
 	/* Not dumpable: the workload (same uid) cannot read our memory. */
 	prctl(PR_SET_DUMPABLE, 0);
-	int keep[2 + SBX_FS_MAX_DATA] = {hsock, cfg->bwrap_argv ? cfg->userns_fd : -1};
+	int keep[2 + SBX_FS_MAX_DATA + SBX_MAX_CARRY] = {hsock,
+							 cfg->bwrap_argv ? cfg->userns_fd : -1};
+	size_t nkeep = 2;
 	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
-		keep[2 + i] = cfg->bwrap_argv ? cfg->bwrap_data_fd[i] : -1;
-	sbx_close_fds_except(keep, 2 + SBX_FS_MAX_DATA);
+		keep[nkeep++] = cfg->bwrap_argv ? cfg->bwrap_data_fd[i] : -1;
+	for (size_t i = 0; cfg->bwrap_argv && i < cfg->n_idmap; i++)
+		keep[nkeep++] = cfg->idmap_fd[i];
+	sbx_close_fds_except(keep, nkeep);
 
 	/* The zygote had these blocked already, so none was lost before this
 	 * point; they queue on the signalfd, and signals from inside the run

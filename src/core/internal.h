@@ -55,7 +55,12 @@ struct sbx_proto_offer {
 };
 
 /* Host -> zygote, for each offer taken (or turned down): start the next
- * warm init, in the network namespace of this mode. */
+ * warm init, in the network namespace of this mode.  SBX_NET_OWN (asked
+ * for outside that count, by session_ownnet.c) is an init in a network
+ * namespace of its own, made for it, with a proxy listener inside: before
+ * the init exists the zygote queues on its request socket one message
+ * "L" carrying that listener, which the host reads first. */
+#define SBX_NET_OWN ((uint32_t)SBX_NET_NMODES)
 struct sbx_proto_want {
 	uint32_t magic;
 	uint32_t mode; /* sbx_net */
@@ -76,12 +81,14 @@ enum sbx_status_type {
 	SBX_STATUS_ERROR = 'E', /* setup failed before exec: msg says why */
 	SBX_STATUS_EXIT = 'X',	/* the workload ended: wstatus, how */
 };
+#define SBX_STATUS_EXPIRED 2u
 
 struct sbx_status_rec {
 	uint32_t type;
 	int32_t wstatus;
 	int32_t err_no;
-	uint32_t timed_out; /* init's timer fired before the exit */
+	uint32_t timed_out; /* init's timer fired before the exit: 1 the run's, */
+			    /* SBX_STATUS_EXPIRED the session's lifetime */
 	char msg[240];
 	/* ERROR: non-empty when the run request's option of that name is wrong
 	 * (the caller's InvalidArgument); msg then starts with it. */
@@ -143,6 +150,34 @@ int sbx_gpu_prepare(sbx_gpu *g, const sbx_session_opts *o, const char *lock_dir,
 /* Free what prepare allocated, release the locks.  Safe when empty. */
 void sbx_gpu_release(sbx_gpu *g);
 
+/* idmap.c: as root, each of o's read_write_paths in fs that the sandbox's
+ * host ids (to_uid/gid) do not own gets an idmapped detached copy of its
+ * mount (e->mount_fd) mapping its owner to them, or with per_run only the
+ * user namespace of that map (e->idmap_ns) for sbx_idmap_tree to make a
+ * copy per run; *any says whether one did.  0, or -1 with err.  close:
+ * the copies (all: the namespaces too). */
+struct sbx_zygote_cfg;
+int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, gid_t to_gid,
+		      bool per_run, bool *any, sbx_err *err);
+int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err);
+/* As root: the work dir owned by owner_uid/gid, seen by the sandbox's host
+ * ids to_uid/gid.  Another owner (a pinned dir) gets an idmap mapping it to
+ * them (*ns: its user namespace, else -1); no idmap possible: refused
+ * (InvalidArgument), never a chown.  Native backends: the work dir's
+ * entries (src == work_dir) get a copy of its mount (e->mount_fd), which
+ * the zygote attaches without a path it might not be allowed to walk;
+ * per_run (bubblewrap): only *ns, each run copies (sbx_idmap_copy).  0, or
+ * -1 with err. */
+int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gid_t owner_gid,
+		       uid_t to_uid, gid_t to_gid, bool per_run, int *ns, sbx_err *err);
+/* A detached nosuid, nodev copy of path's mount, idmapped with ns unless
+ * -1 (what names path's role in errors): fd, or -1 with err. */
+int sbx_idmap_copy(const char *what, const char *path, int ns, sbx_err *err);
+void sbx_idmap_close(sbx_rootfs *fs, bool all);
+/* In a bubblewrap run's workload, still root: a mount namespace of its
+ * own with cfg's idmapped copies over their paths.  0, or -1 with errno. */
+int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg);
+
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
 #define SBX_MAX_CARRY 32
 
@@ -156,6 +191,11 @@ struct sbx_zygote_cfg {
 	uint64_t tmp_bytes;
 	uint64_t shm_bytes;
 	uint64_t lifetime_ms;
+	/* The session's end (CLOCK_MONOTONIC ms, the host's clock: every
+	 * process of a session reads the same; 0: none): each run's init
+	 * sends SIGTERM then, SIGKILL expire_grace_ms later (init.c). */
+	uint64_t expire_at_ms;
+	uint32_t expire_grace_ms;
 	uint32_t warm_runs; /* offers kept outstanding (>= 1) */
 	uint32_t idle_ms;   /* a warm run with no request this long ends; 0: never */
 	uid_t uid;	    /* the workload's uid/gid (as seen by init) */
@@ -173,8 +213,14 @@ struct sbx_zygote_cfg {
 	int bwrap_data_fd[SBX_FS_MAX_DATA]; /* bubblewrap: sealed memfds of the generated files
 				    * bwrap_argv names (--ro-bind-data), or -1 */
 	const char *host_work_dir;	    /* backend "none": where the work dir really is */
-	int netns_fd[SBX_NET_NMODES];	    /* one network namespace per mode, or -1 */
-	sbx_net warm_mode;		    /* the mode of the first warm inits */
+	/* bubblewrap as root: this run's idmapped read_write_paths (idmap.c),
+	 * the host process's memory only (never the zygote's). */
+	int idmap_fd[SBX_MAX_CARRY];
+	const char *idmap_path[SBX_MAX_CARRY];
+	size_t n_idmap;
+	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
+	sbx_net warm_mode;	      /* the mode of the first warm inits */
+	uint16_t proxy_port;	      /* where SBX_NET_OWN namespaces listen */
 };
 
 /* ---- network namespaces (netns.c) ---- */
@@ -187,6 +233,10 @@ int sbx_netns_lo_up(sbx_err *err);
  * 127.0.0.1:port inside it).  We end in the blocked one.  -1 with err. */
 int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, uint16_t port,
 		      sbx_err *err);
+/* In the zygote: a new network namespace with lo up and *listener on
+ * 127.0.0.1:port, for one run with an allow-list of its own; we are left
+ * in it (the caller clones the init there, then steps back).  -1 with err. */
+int sbx_netns_own(uint16_t port, int *listener, sbx_err *err);
 
 /* Inodes a size-capped tmpfs of ours may hold: one per 4 KiB of its size,
  * at least 4096.  Without a cap the kernel allows one per page of RAM / 2,
@@ -304,6 +354,8 @@ int sbx_sys_set_ids(uid_t uid, gid_t gid);
  * in *tries; false for any other error or once the time is up (errno
  * kept). */
 bool sbx_sys_fork_retry(int *tries);
+/* CLOCK_MONOTONIC in ms (the same in every process of the host). */
+uint64_t sbx_monotonic_ms(void);
 /* A sealed (read-only for good) memfd holding data, CLOEXEC, at offset 0;
  * -1 with errno. */
 int sbx_sealed_data_fd(const char *name, const void *data, size_t len);
@@ -339,6 +391,8 @@ typedef struct sbx_run_cgroup {
 	char oom_path[PATH_MAX];    /* its memory.events / memory.oom_control */
 	int64_t oom_base;	    /* its oom_kill count when made */
 	struct sbx_cg_tally *tally; /* the session's, shared */
+	uint32_t seq;		    /* its name: run-<seq> */
+	bool ready;		    /* a given-back init's: its workload said "r" (no "w" comes) */
 } sbx_run_cgroup;
 
 const char *sbx_cgroup_default_root(void);
@@ -385,6 +439,17 @@ int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sb
 int sbx_cgroup_run_claim(const sbx_run_cgroup *rc, int pidfd);
 /* The run's own oom_kill count, or -1. */
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc);
+/* Init reuse at a memory ceiling: an init whose run ended
+ * cleanly keeps its run cgroup (only it is left in there: its PID
+ * namespace is empty) and goes back to the session with rc's seq.
+ * idle: its init's OOM score back to an idle run's (500).  release: rc
+ * let go of, the cgroup left as it is.  adopt: rc again for the session's next run
+ * of that init, its OOM counter read now.  drop: an idle init let go,
+ * its cgroup emptied and removed (or kept as the spare). */
+void sbx_cgroup_run_idle(int pidfd);
+void sbx_cgroup_run_release(sbx_run_cgroup *rc);
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, sbx_run_cgroup *rc);
+void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq);
 /* SIGKILL every process of the run (v2: cgroup.kill; else pid by pid
  * until the list is empty, a bounded number of passes); how many were
  * still listed at the last pass (0: empty). */
@@ -431,13 +496,28 @@ const char *sbx_session_oom_path(const sbx_session *s);
  * was placed, take another). */
 int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 			  sbx_err *err);
+/* The same for a run with an allow-list of its own (session_ownnet.c): an
+ * init in a network namespace made for it, *listener the proxy listener
+ * inside (the caller's).  Needs a session of network_mode allowlist or
+ * open (else InvalidArgument). */
+int sbx_session_take_own(sbx_session *s, int *sock, int *pidfd, sbx_run_cgroup *rc, int *listener,
+			 sbx_err *err);
 /* Backends none and bubblewrap: the host forks each run's init, which has
  * no PID namespace of its own (SBX_SIG_KILL_RUN). */
 bool sbx_session_direct(const sbx_session *s);
+/* The session's end by lifetime (sbx_monotonic_ms), 0: none. */
+uint64_t sbx_session_expire_at_ms(const sbx_session *s);
 /* Where a run gives its init back after it ended (a message of struct
  * sbx_proto_offer with the init's pidfd and request socket), or -1 when
  * the session's inits serve one run each. */
 int sbx_session_reuse_fd(const sbx_session *s);
+/* The message a run gives its init back with (and the init's pidfd and
+ * request socket): with a memory ceiling cg_seq names the run cgroup the
+ * init stays in (run-<cg_seq>), 0 otherwise. */
+struct sbx_back {
+	struct sbx_proto_offer off;
+	uint32_t cg_seq;
+};
 
 /* uid/gid maps (userns.c): 1000 -> host_uid/host_gid; with aux != 0 (host
  * side root) also 0 -> aux and 65534 -> aux + 1, uids and gids alike. */
@@ -482,5 +562,12 @@ int sbx_opennet_start(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 		      sbx_err *err);
 /* Kill pasta (and nft or the watcher while starting) and reap them.  Safe on an initialized one. */
 void sbx_opennet_stop(sbx_opennet *on);
+/* The same, but pasta, killed, is reaped by a thread (sbx_reap_later):
+ * its exit tears down its tap device, ~35 ms here (session close). */
+void sbx_opennet_stop_nowait(sbx_opennet *on);
+
+/* Reap a child already killed from a detached thread (reaper.c), so the
+ * caller does not wait out its exit; blocking when no thread can start. */
+void sbx_reap_later(pid_t pid);
 
 #endif

@@ -11,6 +11,10 @@
  * costs nothing but the choice.  A blocked run of an allowlist session sits
  * in a namespace where no listener exists at all: nothing to connect to,
  * not merely something that says no.
+ *
+ * A run with an allow-list of its own (narrower than the session's) gets
+ * a namespace of its own instead (sbx_netns_own, on request): lo and a
+ * listener of its own, which the host serves with that run's list.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -104,4 +108,15 @@ int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, ui
 			return FAIL("back to the blocked namespace: %s", strerror(errno));
 	}
 	return 0;
+}
+
+int sbx_netns_own(uint16_t port, int *listener, sbx_err *err)
+{
+	*listener = -1;
+	if (unshare(CLONE_NEWNET) != 0)
+		return FAIL("network namespace of a run's own: %s", strerror(errno));
+	if (sbx_netns_lo_up(err) < 0)
+		return -1;
+	*listener = listen_loopback(port, err);
+	return *listener < 0 ? -1 : 0;
 }

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "proxy_internal.h"
+#include "proxy_mitm.h"
 
 uint64_t sbx_proxy_now_ms(void)
 {
@@ -298,6 +299,7 @@ void sbx_proxy_remove(sbx_proxy *p, void *tag)
 			sbx_proxy_conn_close(c);
 	}
 	sbx_proxy_reap(p);
+	sbx_proxy_mitm_remove(p, tag);
 }
 
 int sbx_proxy_fd(const sbx_proxy *p)
@@ -327,6 +329,9 @@ int sbx_proxy_step(sbx_proxy *p, int timeout_ms, sbx_err *err)
 			break;
 		case EV_RESOLVER:
 			sbx_proxy_on_resolved(p);
+			break;
+		case EV_MITM:
+			sbx_proxy_mitm_reap(p);
 			break;
 		case EV_TIMER: {
 			uint64_t v;
@@ -365,8 +370,10 @@ int sbx_proxy_step(sbx_proxy *p, int timeout_ms, sbx_err *err)
 
 void sbx_proxy_get_stats(const sbx_proxy *p, sbx_proxy_stats *st)
 {
-	if (p && st)
+	if (p && st) {
 		*st = p->st;
+		sbx_proxy_mitm_stats(p, st);
+	}
 }
 
 uint64_t sbx_proxy_lookups(const sbx_proxy *p)
@@ -383,6 +390,7 @@ void sbx_proxy_free(sbx_proxy *p)
 	while (p->conns)
 		sbx_proxy_conn_close(p->conns);
 	sbx_proxy_reap(p);
+	sbx_proxy_mitm_free(p);
 	for (l = p->listeners; l; l = ln) {
 		ln = l->next;
 		close(l->fd);

@@ -194,10 +194,12 @@ void sbx_proxy_conn_close(struct conn *c)
 		c->job->owner = NULL;
 		c->job = NULL;
 	}
-	for (int i = 0; i < 16 && recv(c->cfd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
-		;
-	shutdown(c->cfd, SHUT_WR);
-	close(c->cfd);
+	if (c->cfd >= 0) { /* -1: handed to a secrets worker */
+		for (int i = 0; i < 16 && recv(c->cfd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+			;
+		shutdown(c->cfd, SHUT_WR);
+		close(c->cfd);
+	}
 	if (c->ufd >= 0)
 		close(c->ufd);
 	dir_free(&c->up);

@@ -10,6 +10,7 @@
  *   proxy_verdict.c  asking the decider (NAME, then ADDRS), the name
  *                    lookups' results, verdicts given later
  *   proxy_relay.c    dialing the checked addresses, then relaying bytes
+ *   proxy_mitm*.c    secrets: TLS interception for a secret's hosts
  */
 #ifndef SBX_PROXY_INTERNAL_H
 #define SBX_PROXY_INTERNAL_H
@@ -27,7 +28,7 @@
 #define BUF_SIZE (64 * 1024)
 #define ACCEPT_BATCH 64
 
-enum ev_type { EV_LISTENER, EV_CLIENT, EV_UPSTREAM, EV_RESOLVER, EV_TIMER };
+enum ev_type { EV_LISTENER, EV_CLIENT, EV_UPSTREAM, EV_RESOLVER, EV_TIMER, EV_MITM };
 
 struct evh {
 	enum ev_type type;
@@ -72,6 +73,7 @@ struct conn {
 	enum mode mode;
 	const char *kind;
 	char host[SBX_PROXY_HOST_MAX + 1];
+	char name[SBX_PROXY_HOST_MAX + 1]; /* the allowed verdict's normalized name */
 	uint16_t port;
 	sbx_resolve_job *job;
 	uint64_t ticket;	       /* ST_DECIDING: the question waiting */
@@ -99,6 +101,8 @@ struct sbx_proxy {
 	uint64_t lookups;
 	uint64_t next_ticket;
 	sbx_proxy_stats st;
+	struct sbx_mitm *mitm; /* secrets' interception (proxy_mitm.c); NULL: none */
+	struct evh mev;
 };
 
 static inline bool dir_pending(const struct dir *d)

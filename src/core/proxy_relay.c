@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "proxy_internal.h"
+#include "proxy_mitm.h"
 
 /* ---- relay ---- */
 
@@ -182,6 +183,8 @@ static void on_connected(struct conn *c)
 	size_t rest_off = c->req.head_len;
 
 	setsockopt(c->ufd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (sbx_proxy_mitm_take(c))
+		return; /* a secret's host: proxy_mitm.c serves it */
 	sbx_proxy_dir_init(&c->up);
 	sbx_proxy_dir_init(&c->down);
 	c->st = ST_RELAY;

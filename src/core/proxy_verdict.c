@@ -111,6 +111,7 @@ static void name_allowed(struct conn *c, const sbx_proxy_verdict *vp)
 				    "decider gave both a literal and a name to resolve");
 		return;
 	}
+	snprintf(c->name, sizeof(c->name), "%s", v.literal[0] ? v.literal : v.resolve);
 	if (v.literal[0]) {
 		struct sockaddr_in *s4 = (struct sockaddr_in *)&c->addrs[0];
 		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&c->addrs[0];

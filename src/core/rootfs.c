@@ -174,6 +174,34 @@ int sbx_rootfs_etc_entry(const char *name, sbx_err *err)
 		 !strcmp(name, "hostname") || !strcmp(name, "shadow") || !strcmp(name, "gshadow"));
 }
 
+/* A copy of a mount the host made (idmap.c: an idmapped read-write bind,
+ * or the work dir), attached at dst (flags set by the host: nosuid,
+ * nodev). */
+static int attach_idmapped(const sbx_fs_entry *e, char *dst, sbx_err *err)
+{
+	struct stat st;
+
+	char *slash = strrchr(dst, '/');
+	*slash = '\0';
+	int rc = slash == dst ? 0 : mkdirs(dst, 0755);
+	*slash = '/';
+	if (rc == 0 && fstat(e->mount_fd, &st) == 0) {
+		if (S_ISDIR(st.st_mode)) {
+			rc = mkdir(dst, 0755) != 0 && errno != EEXIST ? -1 : 0;
+		} else {
+			int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+			rc = fd < 0 ? -1 : close(fd);
+		}
+	} else {
+		rc = -1;
+	}
+	if (rc != 0)
+		return FAIL("mount point %s: %s", e->dst, strerror(errno));
+	if (sys_move_mount(e->mount_fd, dst) != 0)
+		return FAIL("attach %s: %s", e->dst, strerror(errno));
+	return 0;
+}
+
 /* A bind that must exist (the work dir, the caller's binds): a dir is
  * bound on a dir made for it, anything else replicated. */
 static int mount_bind(const sbx_fs_entry *e, sbx_err *err)
@@ -185,6 +213,8 @@ static int mount_bind(const sbx_fs_entry *e, sbx_err *err)
 		return replicate(e->src, e->dst, e->writable, false, err);
 	snprintf(src, sizeof(src), OLD "%s", e->src);
 	snprintf(dst, sizeof(dst), NEW "%s", e->dst);
+	if (e->mount_fd >= 0)
+		return attach_idmapped(e, dst, err);
 	if (stat(src, &st) != 0)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, errno, "bind %s: %s", e->src,
 				   strerror(errno));

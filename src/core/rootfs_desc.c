@@ -25,6 +25,7 @@ static sbx_fs_entry *add(sbx_rootfs *fs, sbx_fs_kind kind, const char *src, cons
 	sbx_fs_entry *e = &fs->e[fs->n++];
 	memset(e, 0, sizeof(*e));
 	e->kind = kind;
+	e->mount_fd = e->idmap_ns = -1;
 	e->src = src;
 	e->dst = dst;
 	return e;
@@ -120,6 +121,8 @@ static int describe_etc(sbx_rootfs *fs, const sbx_session_opts *o, uid_t uid, gi
 		return -2;
 	if (o->network_mode == SBX_NET_OPEN && !add_resolv_conf(fs))
 		return -2;
+	if (o->ca_bundle && !add_data(fs, SBX_CA_BUNDLE_PATH, "%s", o->ca_bundle))
+		return -2;
 	return 0;
 }
 
@@ -138,6 +141,41 @@ static int describe_gpu(sbx_rootfs *fs, const sbx_session_opts *o, const sbx_gpu
 		if (!visible && !add_mirror(fs, gpu->lib[i]))
 			return -2;
 	}
+	return 0;
+}
+
+static bool is_or_under(const char *path, const char *dir)
+{
+	size_t n = strlen(dir);
+	return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/');
+}
+
+const char *sbx_rootfs_work_alias(const sbx_session_opts *o, const char *host_work_dir)
+{
+	if (!o->work_dir || !host_work_dir || !strcmp(host_work_dir, SBX_SANDBOX_WORKDIR))
+		return NULL;
+	return host_work_dir;
+}
+
+/* Whether the work dir can appear at its own path inside: 0, or -1 with
+ * err. */
+static int check_work_alias(const char *host_work_dir, sbx_err *err)
+{
+	static const char *const taken[] = {SBX_SANDBOX_WORKDIR, "/proc", "/dev", "/sys", NULL};
+
+	if (!strcmp(host_work_dir, SBX_SANDBOX_WORKDIR))
+		return 0;
+	for (int i = 0; taken[i]; i++)
+		if (is_or_under(host_work_dir, taken[i]))
+			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+					   "work_dir %s: a pinned work dir is also mounted at its "
+					   "host path inside, and %s is the sandbox's own",
+					   host_work_dir, taken[i]);
+	if (!strcmp(host_work_dir, "/tmp") || !strcmp(host_work_dir, "/"))
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "work_dir %s: a pinned work dir is also mounted at its host "
+				   "path inside; use a directory of its own",
+				   host_work_dir);
 	return 0;
 }
 
@@ -168,6 +206,16 @@ static int describe(sbx_rootfs *fs, const sbx_session_opts *o, const char *host_
 		if (!(e = add(fs, SBX_FS_BIND, o->binds[i].path, o->binds[i].path)))
 			return -2;
 		e->writable = o->binds[i].writable;
+	}
+	/* A pinned work dir also at its host path, after the binds so one
+	 * of them that contains it does not cover it. */
+	const char *alias = sbx_rootfs_work_alias(o, host_work_dir);
+	if (alias) {
+		if (check_work_alias(alias, err) < 0)
+			return -1;
+		if (!(e = add(fs, SBX_FS_BIND, host_work_dir, alias)))
+			return -2;
+		e->writable = true;
 	}
 	return add(fs, SBX_FS_RO_DEV, NULL, "/dev") ? 0 : -2;
 }

@@ -39,12 +39,14 @@ typedef struct sbx_fs_entry {
 	uint64_t size;	 /* TMPFS */
 	char *data;	 /* DATA: owned */
 	char *own;	 /* a path above that the entry owns, or NULL */
+	int mount_fd;	 /* BIND: a detached mount to attach instead (idmap.c), or -1 */
+	int idmap_ns;	 /* BIND: the user namespace of its idmap (bubblewrap), or -1 */
 } sbx_fs_entry;
 
 /* Most entries a description holds. */
 #define SBX_FS_MAX_ENTRIES 256
-/* Most generated files (passwd, group, hosts, hostname, resolv.conf). */
-#define SBX_FS_MAX_DATA 5
+/* Most generated files (passwd, group, hosts, hostname, resolv.conf, CA bundle). */
+#define SBX_FS_MAX_DATA 6
 
 typedef struct sbx_rootfs {
 	sbx_fs_entry *e;
@@ -63,6 +65,12 @@ typedef struct sbx_rootfs {
 int sbx_rootfs_describe(sbx_rootfs *fs, const sbx_session_opts *o, const char *host_work_dir,
 			const struct sbx_gpu *gpu, uid_t uid, gid_t gid, sbx_err *err);
 void sbx_rootfs_free(sbx_rootfs *fs);
+/* Where a pinned work dir (o->work_dir; host_work_dir resolved) appears
+ * inside besides /tmp/sandbox-work: at its host path, so paths the caller
+ * builds from it work on both sides; NULL when not pinned or the same.
+ * Describing a root refuses (InvalidArgument) one that lies in the
+ * sandbox's /proc, /dev, /sys or work dir, or is / or /tmp. */
+const char *sbx_rootfs_work_alias(const sbx_session_opts *o, const char *host_work_dir);
 /* The size of the TMPFS entry at dst, 0 when there is none. */
 uint64_t sbx_rootfs_tmpfs_size(const sbx_rootfs *fs, const char *dst);
 

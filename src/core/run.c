@@ -41,6 +41,7 @@ struct sbx_run {
 	int out_fd, err_fd, in_fd, status_fd, pidfd;
 	int sock;     /* the init's request socket, kept to give it back */
 	int reuse_fd; /* the session's inbox for given-back inits, or -1 */
+	int listener; /* own_netns: its namespace's proxy listener until taken, or -1 */
 	sbx_net mode;
 	bool direct;	 /* backend none/bubblewrap: SIGKILL goes as SBX_SIG_KILL_RUN */
 	char *stdin_buf; /* bytes still to feed, owned */
@@ -53,6 +54,7 @@ struct sbx_run {
 	struct sbx_status_rec last_error;
 	int wstatus;
 	uint32_t timed_out;
+	uint64_t expire_at_ms; /* the session's end (sbx_monotonic_ms), 0: none */
 	uint64_t t0_ns;
 	char *oom_path;	     /* the session's; owned copy: it may close before the run ends */
 	sbx_run_cgroup cg;   /* the run's own memory cgroup (version 0: none) */
@@ -69,8 +71,11 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* (NULL: nothing to close) */
 static void close_fd(int *fd)
 {
+	if (!fd)
+		return;
 	if (*fd >= 0)
 		close(*fd);
 	*fd = -1;
@@ -121,7 +126,7 @@ static int stdio_end(sbx_io mode, int which, int *ours, sbx_err *err)
 	return which == 0 ? p[0] : p[1];
 }
 
-/* A memory-limited run's init says "w" once it has forked its workload;
+/* A memory-limited run's workload says "w" once it is forked;
  * false when it died first (the caller takes another). */
 static bool workload_forked(int sock)
 {
@@ -152,14 +157,15 @@ static int ready_limited(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *cg
 		if (send(sock, "P", 1, MSG_NOSIGNAL) != 1)
 			return 1;
 	}
-	return workload_forked(sock) && sbx_cgroup_run_claim(cg, pidfd) == 0 ? 0 : 1;
+	/* A given-back init's workload said "r" instead (session.c). */
+	return (cg->ready || workload_forked(sock)) && sbx_cgroup_run_claim(cg, pidfd) == 0 ? 0 : 1;
 }
 
 /* Hand the request to the session's warm init.  One that died before we
  * took it (its socket refuses) is replaced once. */
 static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run *req,
 			const char *payload, const int fds[4], int *pidfd, int *keep_sock,
-			sbx_run_cgroup *cg, sbx_err *err)
+			sbx_run_cgroup *cg, int *listener, sbx_err *err)
 {
 	/* At a memory ceiling the OOM killer may have taken an idle init or
 	 * workload (tmpfs pages belong to no process, so its choice among
@@ -167,7 +173,9 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	bool limited = sbx_session_oom_path(s) != NULL;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
-		if (sbx_session_take_warm(s, mode, &sock, pidfd, cg, err) < 0) {
+		close_fd(listener); /* an earlier attempt's */
+		if ((listener ? sbx_session_take_own(s, &sock, pidfd, cg, listener, err)
+			      : sbx_session_take_warm(s, mode, &sock, pidfd, cg, err)) < 0) {
 			if (limited && errno == ESRCH)
 				continue;
 			return -1;
@@ -178,6 +186,7 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 			close_fd(pidfd);
 			sbx_cgroup_run_kill(cg);
 			sbx_cgroup_run_remove(cg);
+			close_fd(listener);
 			if (not_ready < 0)
 				return -1;
 			continue;
@@ -194,6 +203,7 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 		sbx_cgroup_run_kill(cg);
 		sbx_cgroup_run_remove(cg);
 		close_fd(pidfd);
+		close_fd(listener);
 		if (saved != EPIPE && saved != ECONNREFUSED && saved != ECONNRESET)
 			return sbx_err_set(err, SBX_E_EXECUTION, saved, "send run request: %s",
 					   strerror(saved));
@@ -261,6 +271,11 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "pty: rows and cols must both be set"),
 		       NULL;
+	if (o->own_netns && o->network_mode != SBX_NET_ALLOWLIST)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "own_netns: only with network_mode allowlist, not %s",
+				   sbx_net_name(o->network_mode)),
+		       NULL;
 	/* Fail closed: without a mount namespace per run the terminal would
 	 * come from the host's devpts. */
 	if (o->pty_rows && sbx_session_direct(s))
@@ -274,8 +289,10 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	if (!r)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	r->out_fd = r->err_fd = r->in_fd = r->status_fd = r->pidfd = r->sock = r->reuse_fd = -1;
+	r->listener = -1;
 	r->mode = o->network_mode;
 	r->direct = sbx_session_direct(s);
+	r->expire_at_ms = sbx_session_expire_at_ms(s);
 	r->t0_ns = now_ns();
 	/* Only sessions with a memory ceiling pay for this. */
 	const char *oom = sbx_session_oom_path(s);
@@ -321,14 +338,16 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *o, sbx_err *err)
 	}
 	/* A copy of the session's inbox, not a pointer: the session may be
 	 * closed before the run ends (the give-back then fails, and the init
-	 * ends). */
-	if (sbx_session_reuse_fd(s) >= 0 &&
+	 * ends).  An init in a namespace of the run's own is never given
+	 * back: its namespace is this run's. */
+	if (!o->own_netns && sbx_session_reuse_fd(s) >= 0 &&
 	    (r->reuse_fd = fcntl(sbx_session_reuse_fd(s), F_DUPFD_CLOEXEC, 3)) < 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "dup: %s", strerror(errno));
 		goto fail;
 	}
 	if (send_to_warm(s, o->network_mode, &req, payload, child, &r->pidfd,
-			 r->reuse_fd >= 0 ? &r->sock : NULL, &r->cg, err) < 0)
+			 r->reuse_fd >= 0 ? &r->sock : NULL, &r->cg,
+			 o->own_netns ? &r->listener : NULL, err) < 0)
 		goto fail;
 	r->next_check = now_ns() + OOM_POLL_MS * 1000000ull;
 	for (int i = 0; i < 4; i++)
@@ -451,6 +470,12 @@ static void finish(sbx_run *r)
 		r->last_error.option[sizeof(r->last_error.option) - 1] = '\0';
 		snprintf(res->error_option, sizeof(res->error_option), "%s", r->last_error.option);
 		res->error_kind = res->error_option[0] ? SBX_E_INVALID_ARGUMENT : SBX_E_EXECUTION;
+	} else if (!r->got_exit && r->expire_at_ms && sbx_monotonic_ms() >= r->expire_at_ms) {
+		/* Its init went with the session at its end (the zygote's end
+		 * after the grace) before it could say so. */
+		res->term = SBX_TERM_EXPIRED;
+		res->returncode = -SIGKILL;
+		res->signo = SIGKILL;
 	} else if (!r->got_exit) {
 		res->term = r->signalled ? SBX_TERM_KILLED : SBX_TERM_ERROR;
 		res->returncode = r->signalled ? -SIGKILL : -1;
@@ -462,12 +487,15 @@ static void finish(sbx_run *r)
 	} else if (WIFSIGNALED(r->wstatus)) {
 		res->signo = WTERMSIG(r->wstatus);
 		res->returncode = -res->signo;
-		res->term = r->timed_out   ? SBX_TERM_TIMEOUT
-			    : r->signalled ? SBX_TERM_KILLED
-					   : SBX_TERM_SIGNAL;
+		res->term = r->timed_out == SBX_STATUS_EXPIRED ? SBX_TERM_EXPIRED
+			    : r->timed_out		       ? SBX_TERM_TIMEOUT
+			    : r->signalled		       ? SBX_TERM_KILLED
+							       : SBX_TERM_SIGNAL;
 	} else {
 		res->returncode = WEXITSTATUS(r->wstatus);
-		res->term = r->timed_out ? SBX_TERM_TIMEOUT : SBX_TERM_EXIT;
+		res->term = r->timed_out == SBX_STATUS_EXPIRED ? SBX_TERM_EXPIRED
+			    : r->timed_out		       ? SBX_TERM_TIMEOUT
+							       : SBX_TERM_EXIT;
 	}
 	if ((r->oom_hit || (!r->got_error && !r->timed_out)) && ended_by_oom(r)) {
 		res->term = SBX_TERM_OOM;
@@ -477,22 +505,30 @@ static void finish(sbx_run *r)
 			res->signo = SIGKILL;
 		}
 	}
+	/* Its init reported and we never signalled it: it serves the
+	 * session's next run (init.c), with a memory ceiling in the same run
+	 * cgroup (only init is left in it: its PID namespace is empty).
+	 * Otherwise, or when the session is gone or its inbox full, closing
+	 * the socket ends it. */
+	bool back = false;
+	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
+	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
+		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode}, r->cg.seq};
+		int fds[2] = {r->pidfd, r->sock};
+		/* Idle again before the session can take it. */
+		if (r->cg.version)
+			sbx_cgroup_run_idle(r->pidfd);
+		back = sbx_proto_send_fds(r->reuse_fd, &msg, sizeof(msg), fds, 2) == 0;
+	}
 	/* Nothing of the run outlives it (backend "none" has no PID namespace
 	 * to end it): what is left in its cgroup is killed as it goes (or is
 	 * kept for the next run, when empty). */
-	if (r->cg.version)
+	if (r->cg.version && back)
+		sbx_cgroup_run_release(&r->cg);
+	else if (r->cg.version)
 		sbx_cgroup_run_remove(&r->cg);
 	if (res->term == SBX_TERM_OOM && r->oom_path)
 		settle_memory(r->oom_path);
-	/* Its init reported and we never signalled it: it serves the
-	 * session's next run (init.c).  Otherwise, or when the session is
-	 * gone or its inbox full, closing the socket ends it. */
-	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
-	    res->term != SBX_TERM_OOM) {
-		struct sbx_proto_offer back = {SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode};
-		int fds[2] = {r->pidfd, r->sock};
-		(void)sbx_proto_send_fds(r->reuse_fd, &back, sizeof(back), fds, 2);
-	}
 	r->done = true;
 	close_fd(&r->pidfd);
 	close_fd(&r->sock);
@@ -654,6 +690,8 @@ const char *sbx_term_name(sbx_term t)
 		return "error";
 	case SBX_TERM_OOM:
 		return "oom";
+	case SBX_TERM_EXPIRED:
+		return "session_expired";
 	}
 	return "error";
 }
@@ -771,6 +809,13 @@ int sbx_run_pidfd(const sbx_run *r)
 	return r->pidfd;
 }
 
+int sbx_run_take_listener(sbx_run *r)
+{
+	int fd = r->listener;
+	r->listener = -1;
+	return fd;
+}
+
 void sbx_run_free(sbx_run *r)
 {
 	if (!r)
@@ -788,6 +833,7 @@ void sbx_run_free(sbx_run *r)
 	close_fd(&r->pidfd);
 	close_fd(&r->sock);
 	close_fd(&r->reuse_fd);
+	close_fd(&r->listener);
 	free(r->stdin_buf);
 	free(r->oom_path);
 	free(r);

@@ -25,6 +25,8 @@
 
 /* The path the session's work dir has inside every run. */
 #define SBX_SANDBOX_WORKDIR "/tmp/sandbox-work"
+/* Where a session with extra trusted CAs (ca_certs) finds its bundle. */
+#define SBX_CA_BUNDLE_PATH "/etc/sbx/ca-certificates.crt"
 /* The uid/gid the workload runs as inside the sandbox. */
 #define SBX_SANDBOX_UID 1000
 #define SBX_SANDBOX_GID 1000
@@ -33,6 +35,9 @@
 /* Backend userns as root: inside 0 (root, sbx-init) and 65534 (nobody) map
  * to host ids aux and aux + 1 (uid and gid alike); this is the default aux. */
 #define SBX_DEFAULT_AUX_UID 231073
+/* At a session's end by lifetime: SIGTERM to every run, SIGKILL after this
+ * (the reference product's 10 s). */
+#define SBX_DEFAULT_EXPIRE_GRACE_MS 10000
 
 /* Error kinds, named as the Lua API names them. */
 typedef enum sbx_err_kind {
@@ -88,7 +93,10 @@ typedef struct sbx_session_opts {
 	uint64_t tmp_bytes;		  /* size cap of the per-run /tmp; 0: default 256 MiB */
 	uint64_t shm_bytes;		  /* size cap of the per-run /dev/shm; 0: default 64 MiB */
 	const char *hostname;		  /* UTS hostname; NULL: "sandbox" */
-	uint64_t lifetime_ms;		  /* session ends by itself after this; 0: never */
+	const char *ca_bundle;	  /* PEM the runs trust, at SBX_CA_BUNDLE_PATH; NULL: none */
+	uint64_t lifetime_ms;	  /* session ends by itself after this; 0: never */
+	uint32_t expire_grace_ms; /* at its end: SIGTERM to every run, SIGKILL this
+				   * much later; 0: SBX_DEFAULT_EXPIRE_GRACE_MS */
 	/* Resource ceilings (cgroup.c; need root or a delegated cgroup). */
 	uint64_t memory_bytes;	 /* memory incl. tmpfs pages, swap off; 0: none */
 	uint32_t cpu_milli;	 /* CPU time in thousandths of a CPU; 0: none */
@@ -174,6 +182,10 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
  * first, and a live one is set aside, so the fd is one to wait on.
  */
 int sbx_session_offer_fd(sbx_session *s, sbx_net mode);
+/* The same for a run with its own allow-list (sbx_run_opts.own_netns):
+ * asks the zygote for an init in a namespace of its own unless one is
+ * ready or asked for; -1 when there is nothing to wait for. */
+int sbx_session_own_offer_fd(sbx_session *s);
 /* End every process of the session, remove what it created (not a pinned
  * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when
  * cleanup could not remove something (it still frees the session). */
@@ -182,12 +194,15 @@ int sbx_session_close(sbx_session *s, sbx_err *err);
 const char *sbx_session_work_dir(const sbx_session *s);
 /* An O_PATH|O_DIRECTORY fd on the work dir, owned by the session. */
 int sbx_session_work_dir_fd(const sbx_session *s);
-/* Host uid/gid that own files the sandbox writes. */
+/* Host uid/gid that own files the sandbox writes in its work dir (a
+ * pinned dir's own owner when root idmapped it to the sandbox). */
 uid_t sbx_session_host_uid(const sbx_session *s);
 gid_t sbx_session_host_gid(const sbx_session *s);
 /* The session's id: 32 hex chars (128 random bits), owned by the session. */
 const char *sbx_session_id(const sbx_session *s);
-/* true while the zygote is alive. */
+/* true while the session can run: false from its lifetime's end on (its
+ * runs then get SIGTERM, and SIGKILL after expire_grace_ms), or once its
+ * zygote died. */
 bool sbx_session_alive(sbx_session *s);
 /* The backend the session runs on ("userns", "privileged", "none", ...). */
 const char *sbx_session_backend(const sbx_session *s);
@@ -236,6 +251,13 @@ typedef struct sbx_run_opts {
 	 * BackendUnavailable).  The stdio modes are then ignored: the
 	 * terminal's output comes as SBX_EV_STDOUT, stdin is live. */
 	uint16_t pty_rows, pty_cols;
+	/* network_mode SBX_NET_ALLOWLIST in a network namespace of the run's
+	 * own, not the session's shared one: the run's init is cloned into a
+	 * namespace made for it, holding only lo and a proxy listener of its
+	 * own (sbx_run_take_listener), which the caller serves with the run's
+	 * allow-list.  No other run can reach that listener, nor this run the
+	 * session's. */
+	bool own_netns;
 } sbx_run_opts;
 
 typedef struct sbx_run sbx_run;
@@ -249,10 +271,12 @@ typedef enum sbx_term {
 	SBX_TERM_KILLED,   /* sbx_run_kill() or session close */
 	SBX_TERM_ERROR,	   /* the sandbox failed to start or lost the run */
 	SBX_TERM_OOM,	   /* the session's memory ceiling: the OOM killer ended it */
+	SBX_TERM_EXPIRED,  /* the session's lifetime passed: SIGTERM, grace, SIGKILL */
 } sbx_term;
 
 /* The name of a termination reason, as Lua and the remote API spell it
- * ("running", "exit", "signal", "timeout", "killed", "error", "oom"). */
+ * ("running", "exit", "signal", "timeout", "killed", "error", "oom",
+ * "session_expired"). */
 const char *sbx_term_name(sbx_term t);
 
 typedef struct sbx_run_result {
@@ -323,6 +347,10 @@ int sbx_run_stdout_fd(const sbx_run *r);
 int sbx_run_stderr_fd(const sbx_run *r);
 int sbx_run_status_fd(const sbx_run *r);
 int sbx_run_pidfd(const sbx_run *r);
+/* own_netns: the proxy listener of the run's namespace, the caller's from
+ * now on (-1 once taken, or without own_netns).  Until someone serves it,
+ * the run's connections to the proxy wait in its backlog. */
+int sbx_run_take_listener(sbx_run *r);
 /* Kill the run if it is still going, close its fds, free it.  Safe on NULL. */
 void sbx_run_free(sbx_run *r);
 
@@ -396,6 +424,10 @@ int sbx_seccomp_selfcheck(sbx_err *err);
  */
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err);
+/* The same, and with no_setid chmod/fchmod/fchmodat/fchmodat2 refuse a
+ * setuid or setgid bit (EPERM): sessions with an idmapped bind (idmap.c). */
+struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
+					     bool no_setid, sbx_err *err);
 void sbx_seccomp_free(struct sock_fprog *prog);
 /* Install prog on the calling thread (no_new_privs must be set).  Child-side. */
 int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);

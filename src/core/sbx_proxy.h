@@ -91,13 +91,14 @@ typedef struct sbx_proxy_cfg {
 } sbx_proxy_cfg;
 
 typedef struct sbx_proxy_stats {
-	uint64_t accepted;   /* client connections */
-	uint64_t allowed;    /* requests let through (dialed) */
-	uint64_t refused;    /* requests refused by a verdict */
-	uint64_t failed;     /* allowed but unreachable, bad requests, timeouts */
-	uint64_t active;     /* client connections open now */
-	uint64_t bytes_up;   /* client -> target */
-	uint64_t bytes_down; /* target -> client */
+	uint64_t accepted;    /* client connections */
+	uint64_t allowed;     /* requests let through (dialed) */
+	uint64_t refused;     /* requests refused by a verdict */
+	uint64_t failed;      /* allowed but unreachable, bad requests, timeouts */
+	uint64_t active;      /* client connections open now */
+	uint64_t bytes_up;    /* client -> target */
+	uint64_t bytes_down;  /* target -> client */
+	uint64_t intercepted; /* connections handed to secret interception */
 } sbx_proxy_stats;
 
 sbx_proxy *sbx_proxy_new(const sbx_proxy_cfg *cfg, sbx_err *err);

@@ -294,6 +294,13 @@ struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *cons
 	(void)sbx_seccomp_profile(deny, allow, &n, err);
 	return NULL;
 }
+
+struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
+					     bool no_setid, sbx_err *err)
+{
+	(void)no_setid;
+	return sbx_seccomp_compile(deny, allow, err);
+}
 #else
 
 /* Argument blocks: position-independent (jumps are relative), each ends
@@ -331,6 +338,16 @@ static const struct sock_filter blk_ioctl[] = {
 }
 static const struct sock_filter blk_mknod[] = BLK_MKNOD(1);
 static const struct sock_filter blk_mknodat[] = BLK_MKNOD(2);
+/* chmod, fchmod (mode: argument 1), fchmodat, fchmodat2 (argument 2):
+ * no setuid or setgid bit. */
+#define BLK_NO_SETID(arg) {                   \
+	LD(ARG_LO(arg)),                          \
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, S_ISUID | S_ISGID, 0, 1), \
+	RET(RET_ERRNO(EPERM)),                    \
+	RET(RET_ALLOW),                           \
+}
+static const struct sock_filter blk_chmod[] = BLK_NO_SETID(1);
+static const struct sock_filter blk_fchmodat[] = BLK_NO_SETID(2);
 static const struct sock_filter blk_personality[] = {
 	/* Only PER_LINUX and the query: no READ_IMPLIES_EXEC, no
 	 * ADDR_NO_RANDOMIZE, no other execution domain. */
@@ -385,6 +402,8 @@ static const struct {
 	[SBX_SC_SOCKET] = {blk_socket, N_OF(blk_socket)},
 	[SBX_SC_SOCKETPAIR] = {blk_socketpair, N_OF(blk_socketpair)},
 	[SBX_SC_PRLIMIT64] = {blk_prlimit64, N_OF(blk_prlimit64)},
+	[SBX_SC_CHMOD] = {blk_chmod, N_OF(blk_chmod)},
+	[SBX_SC_FCHMODAT] = {blk_fchmodat, N_OF(blk_fchmodat)},
 };
 
 /* A run of numbers [start, next segment's start) with one answer: a
@@ -464,6 +483,15 @@ static int sbx_args_block(const char *name)
 	return -1;
 }
 
+/* The setid guard's block of an allowed syscall, or -1. */
+static int sbx_setid_block(const char *name)
+{
+	for (size_t i = 0; i < N_OF(sbx_sc_setid); i++)
+		if (strcmp(sbx_sc_setid[i].name, name) == 0)
+			return (int)sbx_sc_setid[i].id;
+	return -1;
+}
+
 /*
  * See sbx.h.  Called once per session, on the host side.  Layout:
  * the architecture check, the number load, the dispatch tree, then the
@@ -471,6 +499,12 @@ static int sbx_args_block(const char *name)
  */
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err)
+{
+	return sbx_seccomp_compile_setid(deny, allow, false, err);
+}
+
+struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
+					     bool no_setid, sbx_err *err)
 {
 	static const struct sock_filter head[] = {
 		LD(offsetof(struct seccomp_data, arch)),
@@ -498,7 +532,9 @@ struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *cons
 
 		if (nr > next)
 			sbx_seg_add(seg, &nseg, next, RET_ERRNO(ENOSYS), -1);
-		if (v[i].action == SBX_SC_ALLOWED)
+		if (v[i].action == SBX_SC_ALLOWED && no_setid && sbx_setid_block(v[i].name) >= 0)
+			sbx_seg_add(seg, &nseg, nr, 0, sbx_setid_block(v[i].name));
+		else if (v[i].action == SBX_SC_ALLOWED)
 			sbx_seg_add(seg, &nseg, nr, RET_ALLOW, -1);
 		else if (v[i].action == SBX_SC_REFUSED)
 			sbx_seg_add(seg, &nseg, nr, RET_ERRNO(v[i].err), -1);

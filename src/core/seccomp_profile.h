@@ -86,6 +86,19 @@ static const char *const sbx_sc_allow[] = {
 enum sbx_sc_args_id {
 	SBX_SC_CLONE, SBX_SC_IOCTL, SBX_SC_MKNOD, SBX_SC_MKNODAT,
 	SBX_SC_PERSONALITY, SBX_SC_SOCKET, SBX_SC_SOCKETPAIR, SBX_SC_PRLIMIT64,
+	/* Only in sessions with an idmapped bind (sbx_seccomp_compile_setid). */
+	SBX_SC_CHMOD, SBX_SC_FCHMODAT,
+};
+/* With an idmapped bind, what the sandbox writes there is the dir owner's on
+ * the host (root's, say): it must never make a setuid/setgid program of
+ * theirs.  Writing a file clears those bits (the sandbox has no
+ * CAP_FSETID), so a chmod is the one way: refused with these bits. */
+static const struct {
+	const char *name;
+	enum sbx_sc_args_id id;
+} sbx_sc_setid[] = {
+	{ "chmod", SBX_SC_CHMOD }, { "fchmod", SBX_SC_CHMOD },
+	{ "fchmodat", SBX_SC_FCHMODAT }, { "fchmodat2", SBX_SC_FCHMODAT },
 };
 static const struct {
 	const char *name;

@@ -53,8 +53,8 @@ uint64_t sbx_session_run_nofile(const sbx_session_opts *o)
  * ceiling: once the placer has put it in its run cgroup, *rc).  -1 with
  * err; -2 with err and errno when the offer came but was not placed
  * (ESRCH: its init died). */
-static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
-		      sbx_err *err)
+int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
+			sbx_err *err)
 {
 	struct sbx_placed pl;
 	struct sbx_proto_offer off;
@@ -81,6 +81,8 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_
 	}
 	if (n <= 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
+	if (n == sizeof(off) && off.magic == SBX_PROTO_MAGIC)
+		*mode = (sbx_net)off.mode;
 	if (s->placer && off.err_no == 0 && pl.place_errno != 0) {
 		/* Not placed: the init died (take another) or the cgroup
 		 * refused (the run fails with why). */
@@ -103,46 +105,58 @@ static int recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_
 	return 0;
 }
 
-static int send_want(sbx_session *s, sbx_net mode)
+int sbx_pool_send_want(sbx_session *s, uint32_t mode)
 {
-	struct sbx_proto_want want = {SBX_PROTO_MAGIC, (uint32_t)mode};
+	struct sbx_proto_want want = {SBX_PROTO_MAGIC, mode};
 	/* A full socket cannot happen: one want per offer. */
 	return send(s->ctl_fd, &want, sizeof(want), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 ? -1 : 0;
+}
+
+/* Let an idle init go: closing its socket ends it; with a memory
+ * ceiling its run cgroup goes too. */
+static void drop_idle(sbx_session *s, int sock, int pidfd, uint32_t cg_seq)
+{
+	close(sock);
+	close(pidfd);
+	if (cg_seq)
+		sbx_cgroup_run_drop(&s->cg, cg_seq);
 }
 
 /* Move what runs gave back into idle; past max_idle they are let go. */
 static void drain_inbox(sbx_session *s)
 {
-	struct sbx_proto_offer back;
+	struct sbx_back back;
 	int fds[2];
 	size_t nfds;
 
 	while (sbx_proto_recv_fds(s->inbox[0], &back, sizeof(back), fds, 2, &nfds) ==
 	       (ssize_t)sizeof(back)) {
-		sbx_net m = (sbx_net)back.mode;
-		if (nfds == 2 && back.magic == SBX_PROTO_MAGIC && m < SBX_NET_NMODES &&
+		sbx_net m = (sbx_net)back.off.mode;
+		if (nfds == 2 && back.off.magic == SBX_PROTO_MAGIC && m < SBX_NET_NMODES &&
 		    s->n_idle[m] < s->max_idle) {
 			s->idle[m][s->n_idle[m]].pidfd = fds[0];
+			s->idle[m][s->n_idle[m]].cg_seq = back.cg_seq;
 			s->idle[m][s->n_idle[m]++].sock = fds[1];
 			continue;
 		}
-		for (size_t i = 0; i < nfds; i++)
-			close(fds[i]);
+		if (nfds == 2)
+			drop_idle(s, fds[1], fds[0], back.cg_seq);
+		else
+			for (size_t i = 0; i < nfds; i++)
+				close(fds[i]);
 	}
 }
 
-/* Whether a warm run expired (init.c's recv_request shuts its socket down
- * both ways before it ends, so this holds before the process is gone): it
- * would refuse a request, so it is dropped unused. */
-static bool expired(int sock)
+bool sbx_pool_offer_expired(int sock)
 {
 	struct pollfd p = {sock, POLLOUT, 0};
 	return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP);
 }
 
-/* An idle init of mode that said it is ready; those found gone are
- * dropped, those still getting ready stay.  Never waits. */
-static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
+/* An idle init of mode that said it is ready (with a memory ceiling, *rc
+ * its run cgroup); those found gone or expired are dropped, those still
+ * getting ready stay.  Never waits. */
+static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc)
 {
 	size_t k = 0;
 	bool found = false;
@@ -150,18 +164,21 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd)
 	drain_inbox(s);
 	for (size_t i = 0; i < s->n_idle[mode]; i++) {
 		int fd = s->idle[mode][i].sock, pfd = s->idle[mode][i].pidfd;
+		uint32_t seq = s->idle[mode][i].cg_seq;
 		if (!found) {
 			char c;
 			ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
-			if (n == 1 && c == 'r' && !expired(fd)) {
+			if (n == 1 && c == 'r' && !sbx_pool_offer_expired(fd)) {
 				*sock = fd;
 				*pidfd = pfd;
+				sbx_cgroup_run_adopt(&s->cg, seq, rc);
+				rc->ready = true;
 				found = true;
 				continue;
 			}
-			if (n >= 0 || (errno != EAGAIN && errno != EINTR) || expired(fd)) {
-				close(fd);
-				close(pfd);
+			if (n >= 0 || (errno != EAGAIN && errno != EINTR) ||
+			    sbx_pool_offer_expired(fd)) {
+				drop_idle(s, fd, pfd, seq);
 				continue;
 			}
 		}
@@ -182,7 +199,7 @@ int sbx_session_reuse_fd(const sbx_session *s)
 }
 
 /* Let an offer go: closing its socket ends the init; its cgroup goes. */
-static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
+void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 {
 	close(sock);
 	close(pidfd);
@@ -193,11 +210,11 @@ static void drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 /*
  * What take would do with the offers already there, without waiting:
  * those that expired unused (init.c) are dropped, those of another mode
- * set aside (each asking the zygote for one of mode, as take does), and
- * the first live one of mode set aside for the next run.  A caller with
- * an event loop then waits for a live offer there instead of in take.
- * (Not with a placer: its offers come placed, and take reports its
- * failures.)
+ * set aside (each asking the zygote for one of mode, as take does), own-
+ * namespace ones kept for their run, and the first live one of mode set
+ * aside for the next run.  A caller with an event loop then waits for a
+ * live offer there instead of in take.  (Not with a placer: its offers
+ * come placed, and take reports its failures.)
  */
 static void sort_offers(sbx_session *s, sbx_net mode)
 {
@@ -216,13 +233,18 @@ static void sort_offers(sbx_session *s, sbx_net mode)
 		    off.magic != SBX_PROTO_MAGIC || off.err_no != 0)
 			return;
 		memset(&rc, 0, sizeof(rc));
-		if (recv_offer(s, &sock, &pidfd, &got, &rc, &err) < 0)
+		if (sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, &err) < 0)
 			return; /* the zygote is gone: take says so */
-		bool live = !expired(sock) && got < SBX_NET_NMODES && s->spare[got].sock < 0;
+		if ((uint32_t)got == SBX_NET_OWN) {
+			sbx_ownnet_keep(s, sock, pidfd, &rc);
+			continue;
+		}
+		bool live = !sbx_pool_offer_expired(sock) && got < SBX_NET_NMODES &&
+			    s->spare[got].sock < 0;
 		if (!live || got != mode)
-			(void)send_want(s, mode);
+			(void)sbx_pool_send_want(s, mode);
 		if (!live) {
-			drop_offer(sock, pidfd, &rc);
+			sbx_pool_drop_offer(sock, pidfd, &rc);
 			continue;
 		}
 		s->spare[got].sock = sock;
@@ -258,12 +280,15 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 {
 	if (s->ctl_fd < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0, "the session is closed");
+	if (sbx_session_expired(s))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, 0,
+				   "the session's lifetime has passed");
 	if (s->pending)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "the session is still setting up (sbx_session_finish first)");
 	/* A given-back init that is ready costs the zygote nothing, and asks
 	 * for no new offer. */
-	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd))
+	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
 		return 0;
 	/* Every offer we take (used, set aside or dropped) asks for the
 	 * next one, in the mode of the run that took it: the zygote prepares
@@ -281,24 +306,35 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			memset(&s->spare[mode].rc, 0, sizeof(*rc));
 			s->spare[mode].sock = s->spare[mode].pidfd = -1;
 			got = mode;
-		} else if ((rc_ = recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
+		} else if ((rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
 			/* An offer that could not be placed still asks for
 			 * the next. */
 			int e = errno;
+			/* An own-namespace offer is not ours to fail on. */
+			if ((uint32_t)got == SBX_NET_OWN) {
+				s->own_pending--;
+				continue;
+			}
 			if (rc_ == -2)
-				(void)send_want(s, mode);
+				(void)sbx_pool_send_want(s, mode);
 			errno = e;
 			return -1;
 		}
-		if (send_want(s, mode) < 0) {
-			drop_offer(*sock, *pidfd, rc);
+		/* Asked for outside the count of warm offers: asks for nothing. */
+		if ((uint32_t)got == SBX_NET_OWN) {
+			sbx_ownnet_keep(s, *sock, *pidfd, rc);
+			memset(rc, 0, sizeof(*rc));
+			continue;
+		}
+		if (sbx_pool_send_want(s, mode) < 0) {
+			sbx_pool_drop_offer(*sock, *pidfd, rc);
 			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
 					   "the session has ended");
 		}
 		/* One that sat unused until it expired: the want just sent
 		 * asks for a fresh one. */
-		if (expired(*sock)) {
-			drop_offer(*sock, *pidfd, rc);
+		if (sbx_pool_offer_expired(*sock)) {
+			sbx_pool_drop_offer(*sock, *pidfd, rc);
 			memset(rc, 0, sizeof(*rc));
 			continue;
 		}
@@ -309,7 +345,7 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			s->spare[got].pidfd = *pidfd;
 			s->spare[got].rc = *rc;
 		} else {
-			drop_offer(*sock, *pidfd, rc);
+			sbx_pool_drop_offer(*sock, *pidfd, rc);
 		}
 		memset(rc, 0, sizeof(*rc));
 	}
@@ -327,12 +363,12 @@ int sbx_session_work_dir_fd(const sbx_session *s)
 
 uid_t sbx_session_host_uid(const sbx_session *s)
 {
-	return s->host_uid;
+	return s->work_uid;
 }
 
 gid_t sbx_session_host_gid(const sbx_session *s)
 {
-	return s->host_gid;
+	return s->work_gid;
 }
 
 const char *sbx_session_id(const sbx_session *s)
@@ -423,9 +459,21 @@ int sbx_protect_from_oom(sbx_err *err)
 	return 0;
 }
 
+uint64_t sbx_session_expire_at_ms(const sbx_session *s)
+{
+	return s->expire_at_ms;
+}
+
+bool sbx_session_expired(const sbx_session *s)
+{
+	return s->expire_at_ms && sbx_monotonic_ms() >= s->expire_at_ms;
+}
+
 bool sbx_session_alive(sbx_session *s)
 {
-	return s && s->be->alive(s);
+	/* Over at its end at once, on every backend, while its runs are
+	 * still in their grace period. */
+	return s && !sbx_session_expired(s) && s->be->alive(s);
 }
 
 static bool have_cap(cap_value_t cap)
@@ -558,6 +606,36 @@ static bool strv_dup(const char *const *v, char ***out)
 	return true;
 }
 
+/*
+ * As root, the copies of the work dir's mount the sandbox gets (idmap.c).
+ * A pinned dir of another owner is idmapped to the sandbox's host ids
+ * (never chowned; *idmapped: the setid guard applies).  bubblewrap binds
+ * by path and walks it as the sandbox's host uid, so a pinned dir goes
+ * through the stage instead (a copy each run attaches there), which that
+ * uid may walk even when the dir's own path (/root/...) is closed to it.
+ */
+static int work_dir_copies(sbx_session *s, const sbx_session_opts *o, bool *idmapped, sbx_err *err)
+{
+	if (!s->pinned && s->none)
+		return 0; /* fresh: sbx's own dir, walkable by that uid */
+	if (sbx_idmap_work_dir(&s->fs, s->work_dir, s->work_uid, s->work_gid, s->host_uid,
+			       s->host_gid, s->none, &s->work_ns, err) < 0)
+		return -1;
+	*idmapped = *idmapped || s->work_ns >= 0;
+	if (!s->none) {
+		if (s->work_ns >= 0)
+			close(s->work_ns); /* the copies hold it */
+		s->work_ns = -1;
+		return 0;
+	}
+	if (sbx_statedir_stage(s, o, err) < 0)
+		return -1;
+	for (size_t i = 0; i < s->fs.n; i++)
+		if (s->fs.e[i].kind == SBX_FS_BIND && s->fs.e[i].src == s->work_dir)
+			s->fs.e[i].src = s->work_stage;
+	return 0;
+}
+
 sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 {
 	struct sock_fprog *prog = NULL;
@@ -576,15 +654,16 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 				       p ? p : "(null)"),
 			       NULL;
 	}
-	if (o->n_binds >= SBX_MAX_CARRY)
+	/* The work dir, the binds and a pinned work dir's second mount. */
+	if (o->n_binds + (o->work_dir ? 1 : 0) >= SBX_MAX_CARRY)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "at most %d extra paths",
-				   SBX_MAX_CARRY - 1),
+				   SBX_MAX_CARRY - 1 - (o->work_dir ? 1 : 0)),
 		       NULL;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory"), NULL;
 	s->zygote = -1;
-	s->ctl_fd = s->work_fd = s->lock_fd = s->proxy_listener = -1;
+	s->ctl_fd = s->work_fd = s->lock_fd = s->proxy_listener = s->work_ns = -1;
 	s->inbox[0] = s->inbox[1] = -1;
 	s->max_idle = o->pids_max ? o->pids_max / 16 : MAX_IDLE;
 	if (s->max_idle > MAX_IDLE)
@@ -592,6 +671,7 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	sbx_opennet_init(&s->open);
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		s->spare[m].sock = s->spare[m].pidfd = -1;
+	s->own_spare.sock = s->own_spare.pidfd = -1;
 	s->net = o->network_mode;
 	for (int i = 0; i < SBX_GPU_MAX; i++)
 		s->gpu.lock_fd[i] = -1;
@@ -612,6 +692,12 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (sbx_statedir_prepare(s, o, err) < 0 ||
 	    (s->be->ids_own && s->be->ids_own(s, o, err) < 0))
 		goto fail;
+	/* Only a pinned dir the sandbox reaches through an idmap keeps an
+	 * owner of its own (work_dir_copies). */
+	if (!s->pinned || geteuid() != 0 || !s->be->own_root) {
+		s->work_uid = s->host_uid;
+		s->work_gid = s->host_gid;
+	}
 	if (o->disk_bytes && mount_disk(s, o->disk_bytes, err) < 0)
 		goto fail;
 	if (o->gpus) {
@@ -626,16 +712,30 @@ sbx_session *sbx_session_start(const sbx_session_opts *o, sbx_err *err)
 	if (s->be->own_root && sbx_rootfs_describe(&s->fs, o, s->work_dir, &s->gpu, s->inside_uid,
 						   s->inside_gid, err) < 0)
 		goto fail;
+	/* read_write_paths of someone else's: idmapped (the zygote attaches
+	 * them; for bubblewrap each run's workload does, idmap.c). */
+	bool idmapped = false;
+	if (s->be->own_root &&
+	    sbx_idmap_prepare(&s->fs, o, s->host_uid, s->host_gid, s->none, &idmapped, err) < 0)
+		goto fail;
+	if (s->be->own_root && geteuid() == 0 && work_dir_copies(s, o, &idmapped, err) < 0)
+		goto fail;
 	if (make_cgroup(s, o, err) < 0)
 		goto fail;
-	prog = sbx_seccomp_compile(o->seccomp_deny, o->seccomp_allow, err);
+	prog = sbx_seccomp_compile_setid(o->seccomp_deny, o->seccomp_allow, idmapped, err);
 	if (!prog)
 		goto fail;
+	/* Its end, which every run's init enforces (init.c): counted from
+	 * here, before any process of the session exists. */
+	if (o->lifetime_ms)
+		s->expire_at_ms = sbx_monotonic_ms() + o->lifetime_ms;
+	s->expire_grace_ms = o->expire_grace_ms ? o->expire_grace_ms : SBX_DEFAULT_EXPIRE_GRACE_MS;
 	/* The backend's processes; the zygote keeps its own copy of the
 	 * filter, bubblewrap takes ours. */
 	int rc = s->be->start(s, o, &prog, err);
 	sbx_seccomp_free(prog);
 	prog = NULL;
+	sbx_idmap_close(&s->fs, false); /* the zygote has its copies */
 	if (rc < 0)
 		goto fail;
 	if (rc == 0)
@@ -730,15 +830,17 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (!s)
 		return 0;
 	s->be->stop(s);
-	sbx_opennet_stop(&s->open);
+	sbx_opennet_stop_nowait(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
+	sbx_ownnet_close(s);
 	for (int m = 0; m < SBX_NET_NMODES; m++) {
 		if (s->spare[m].sock >= 0)
-			drop_offer(s->spare[m].sock, s->spare[m].pidfd, &s->spare[m].rc);
+			sbx_pool_drop_offer(s->spare[m].sock, s->spare[m].pidfd, &s->spare[m].rc);
 	}
 	for (int m = 0; m < SBX_NET_NMODES; m++)
 		for (size_t i = 0; i < s->n_idle[m]; i++) {
+			/* (Their run cgroups go with the session's.) */
 			close(s->idle[m][i].sock);
 			close(s->idle[m][i].pidfd);
 		}
@@ -756,6 +858,9 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
 		rc = -1;
 	sbx_gpu_release(&s->gpu);
+	sbx_idmap_close(&s->fs, true);
+	if (s->work_ns >= 0)
+		close(s->work_ns);
 	sbx_rootfs_free(&s->fs);
 	for (size_t i = 0; s->open_deny && s->open_deny[i]; i++)
 		free(s->open_deny[i]);

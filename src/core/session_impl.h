@@ -35,6 +35,14 @@ struct sbx_session {
 	gid_t inside_gid;
 	uid_t aux_uid; /* userns as root: inside 0 and 65534 map here (userns.c); or 0 */
 	bool pinned;
+	/* Host ids that own what the sandbox writes in its work dir: the
+	 * host ids, or a pinned dir's owner (idmapped to them, idmap.c). */
+	uid_t work_uid;
+	gid_t work_gid;
+	int work_ns; /* bubblewrap: a pinned dir's idmap (its userns), or -1 */
+	/* bubblewrap as root, pinned: where each run attaches its copy of the
+	 * work dir, for bwrap to bind by a path it may walk; or "". */
+	char work_stage[PATH_MAX];
 	char id[33];
 	char session_dir[PATH_MAX]; /* state_dir/sessions/<id>, "" when pinned */
 	char work_dir[PATH_MAX];
@@ -60,6 +68,14 @@ struct sbx_session {
 		int sock, pidfd;
 		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */
 	} spare[SBX_NET_NMODES];
+	/* Runs with an allow-list of their own (session_ownnet.c): one init
+	 * in a namespace of its own kept ready (sock -1: none), and how many
+	 * the zygote was asked for and has not offered yet. */
+	struct {
+		int sock, pidfd;
+		sbx_run_cgroup rc;
+	} own_spare;
+	unsigned own_pending;
 	/* With a memory ceiling: the thread that places each offered init in
 	 * a run cgroup of its own (placer.c); offers come from it. */
 	sbx_placer *placer;
@@ -69,10 +85,14 @@ struct sbx_session {
 	int inbox[2];
 	struct {
 		int sock, pidfd;
+		uint32_t cg_seq; /* with a memory ceiling: its run cgroup (cgroup.c) */
 	} idle[SBX_NET_NMODES][MAX_IDLE];
 	size_t n_idle[SBX_NET_NMODES];
 	size_t max_idle;
-	struct timespec t0; /* opened at (lifetime of the backends without a zygote) */
+	/* The session's end by lifetime (sbx_monotonic_ms; 0: none), and the
+	 * grace its runs get between SIGTERM and SIGKILL then (init.c). */
+	uint64_t expire_at_ms;
+	uint32_t expire_grace_ms;
 	/* Between sbx_session_start and sbx_session_finish: the zygote is
 	 * setting up; finish reads its ready message on ctl_fd. */
 	bool pending;
@@ -119,12 +139,31 @@ struct sbx_backend {
 /* The backend of that name, or NULL. */
 const struct sbx_backend *sbx_backend_find(const char *name);
 
+/* Whether the session's lifetime has passed (session.c). */
+bool sbx_session_expired(const sbx_session *s);
 /* RLIMIT_NOFILE of every run (session.c). */
 uint64_t sbx_session_run_nofile(const sbx_session_opts *o);
 /* session.c: the zygote's warm-init pool (userns, privileged): a given-back
  * idle init, a set-aside offer or the zygote's next offer. */
 int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 		  sbx_err *err);
+
+/* session.c, for session_ownnet.c: the zygote's next offer (-1 with err;
+ * -2 with err and errno when it came but was not placed; *mode is the
+ * offer's whenever it came), a want for the next offer of mode, and
+ * letting an offer go. */
+int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
+			sbx_err *err);
+int sbx_pool_send_want(sbx_session *s, uint32_t mode);
+void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc);
+/* Whether a warm run expired unused (init.c's recv_request shuts its
+ * socket down both ways before it ends, so this holds before the process
+ * is gone): it would refuse a request, so it is dropped unsent. */
+bool sbx_pool_offer_expired(int sock);
+/* session_ownnet.c: an SBX_NET_OWN offer the pool came across is kept
+ * for the next run that wants one (or let go); and, at close, let go. */
+void sbx_ownnet_keep(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *rc);
+void sbx_ownnet_close(sbx_session *s);
 
 /* backend_ids.c: the ids of each backend's sessions (see there). */
 int sbx_ids_self(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
@@ -136,6 +175,10 @@ int sbx_ids_privileged_own(sbx_session *s, const sbx_session_opts *o, sbx_err *e
  * work dir); dead sessions' leftovers are swept first (at a process's first
  * open, then at most once a minute); 0 or -1 with err. */
 int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+/* bubblewrap as root, pinned: s->work_stage, an empty dir of root's in the
+ * state dir that each run's copy of the work dir is attached over; 0 or -1
+ * with err. */
+int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 /* Remove a session dir and everything in it (not crossing mounts). */
 int sbx_statedir_remove(const char *dir);
 
@@ -157,13 +200,12 @@ void sbx_zygote_stop(sbx_session *s);
 int sbx_none_start(sbx_session *s, const sbx_session_opts *o);
 int sbx_none_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
 			   sbx_err *err);
-/* take forks the run's init; alive is false once the lifetime passed. */
+/* take forks the run's init (none after the lifetime). */
 int sbx_none_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
 		  sbx_err *err);
 bool sbx_none_alive(sbx_session *s);
 void sbx_none_stop(sbx_session *s);
 void sbx_none_reap(sbx_session *s, bool wait_all);
-bool sbx_none_expired(sbx_session *s);
 
 /* backend_bubblewrap.c: where bwrap is; after sbx_none_start, the
  * session's user namespace (as root) and the fixed bwrap arguments. */

@@ -109,6 +109,10 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENOTDIR,
 					   "work_dir %s: not a directory", o->work_dir);
 		s->pinned = true;
+		/* Never chowned: the sandbox gets it through an idmap
+		 * (idmap.c) that keeps this owner. */
+		s->work_uid = st.st_uid;
+		s->work_gid = st.st_gid;
 	} else {
 		const char *state =
 			o->state_dir ? o->state_dir : default_state_dir(buf, sizeof(buf));
@@ -142,15 +146,20 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 		if (mkdir(s->session_dir, 0711) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
 					   s->session_dir, strerror(errno));
-		char lock[PATH_MAX];
+		/* The lock is made under another name and renamed once held:
+		 * another process's sweep, finding "lock" unheld in between,
+		 * would take it for a dead session's and remove the dir (seen
+		 * with many sessions opening at once). */
+		char lock[PATH_MAX], fresh[PATH_MAX];
 		snprintf(lock, sizeof(lock), "%.4000s/lock", s->session_dir);
-		s->lock_fd = open(lock, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		snprintf(fresh, sizeof(fresh), "%.4000s/lock.new", s->session_dir);
+		s->lock_fd = open(fresh, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (s->lock_fd < 0 || flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0 ||
-		    mkdir(s->work_dir, 0700) != 0)
+		    rename(fresh, lock) != 0 || mkdir(s->work_dir, 0700) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create work dir %s: %s",
 					   s->work_dir, strerror(errno));
 	}
-	if (geteuid() == 0 && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
+	if (!s->pinned && geteuid() == 0 && chown(s->work_dir, s->host_uid, s->host_gid) != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "chown %s to %u: %s", s->work_dir,
 				   (unsigned)s->host_uid, strerror(errno));
 	s->work_fd = open(s->work_dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -160,7 +169,37 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 	return 0;
 }
 
+int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	char buf[PATH_MAX];
+	struct stat st;
+	const char *state = o->state_dir ? o->state_dir : default_state_dir(buf, sizeof(buf));
+
+	if (state[0] != '/' || snprintf(s->work_stage, sizeof(s->work_stage), "%s/bwrap-work",
+					state) >= (int)sizeof(s->work_stage))
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
+				   "state_dir %s: must be absolute and short", state);
+	/* Empty on the host for good: each run's copy is attached over it in
+	 * that run's own mount namespace (idmap.c). */
+	if (mkdir_owned(state, 0711, err) < 0 || mkdir_owned(s->work_stage, 0755, err) < 0)
+		return -1;
+	if (lstat(s->work_stage, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, ENOTDIR, "%s: not a directory of root's",
+				   s->work_stage);
+	return 0;
+}
+
 int sbx_statedir_remove(const char *dir)
 {
+	char path[PATH_MAX];
+	/* Mostly what the session made and nothing more (its lock, an empty
+	 * work dir): three calls, not a walk (nftw's opens and stats were a
+	 * tenth of a close).  Anything else: the walk. */
+	snprintf(path, sizeof(path), "%.4000s/work", dir);
+	if (rmdir(path) == 0 || errno == ENOENT) {
+		snprintf(path, sizeof(path), "%.4000s/lock", dir);
+		if ((unlink(path) == 0 || errno == ENOENT) && rmdir(dir) == 0)
+			return 0;
+	}
 	return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -101,11 +102,12 @@ static int cmp_int(const void *a, const void *b)
 
 void sbx_close_fds_except(const int *keep, size_t n)
 {
-	int sorted[16];
+	/* The zygote keeps three fds and one per idmapped bind (idmap.c). */
+	int sorted[3 + SBX_FS_MAX_ENTRIES];
 	unsigned int lo = 3;
 
-	if (n > 16)
-		n = 16;
+	if (n > sizeof(sorted) / sizeof(sorted[0]))
+		n = sizeof(sorted) / sizeof(sorted[0]);
 	memcpy(sorted, keep, n * sizeof(int));
 	qsort(sorted, n, sizeof(int), cmp_int);
 	for (size_t i = 0; i < n; i++) {
@@ -132,4 +134,11 @@ int sbx_sealed_data_fd(const char *name, const void *data, size_t len)
 		return -1;
 	}
 	return fd;
+}
+
+uint64_t sbx_monotonic_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }

@@ -10,7 +10,9 @@
  * the next one when the host says it took an offer (warm_runs of them
  * stay outstanding), so the zygote is off the path of a run.  It reaps
  * what exits, and ends when the host closes the control socket, dies, or
- * the session's lifetime passes; as PID 1 of
+ * the session's lifetime passes (then it offers no more runs, and waits out
+ * the grace the runs' inits give their commands between SIGTERM and
+ * SIGKILL: init.c); as PID 1 of
  * the session's PID namespace its end is the end of every process in it.
  */
 #define _GNU_SOURCE
@@ -48,8 +50,12 @@ static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock, sbx_net m
  * the host closing the socket unused ends it. */
 static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 {
-	int sp[2], pidfd = -1;
-	int ns = mode < SBX_NET_NMODES ? cfg->netns_fd[mode] : -1;
+	int sp[2], pidfd = -1, listener = -1;
+	bool own = (uint32_t)mode == SBX_NET_OWN;
+	/* A namespace of its own only where the session has an allowlist
+	 * proxy to serve its listener. */
+	int ns = mode < SBX_NET_NMODES ? cfg->netns_fd[mode]
+				       : (own ? cfg->netns_fd[SBX_NET_ALLOWLIST] : -1);
 
 	if (ns < 0) {
 		offer(cfg->ctl_fd, ENETUNREACH, 0, -1, -1, mode);
@@ -61,8 +67,26 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 	}
 	/* The init is born in the mode's namespace: we step into it for the
 	 * clone and back out (cheaper and simpler than the child doing it,
-	 * and a failure is ours to report). */
-	if (mode != SBX_NET_BLOCKED && setns(ns, CLONE_NEWNET) != 0) {
+	 * and a failure is ours to report).  SBX_NET_OWN: a new one, whose
+	 * listener goes to the host ahead of anything the init says. */
+	if (own) {
+		sbx_err err;
+		int e = 0;
+		if (sbx_netns_own(cfg->proxy_port, &listener, &err) < 0)
+			e = err.sys_errno ? err.sys_errno : EIO;
+		else if (sbx_proto_send_fds(sp[1], "L", 1, &listener, 1) != 0)
+			e = errno;
+		if (e) {
+			if (listener >= 0)
+				close(listener);
+			if (setns(cfg->netns_fd[SBX_NET_BLOCKED], CLONE_NEWNET) != 0)
+				_exit(1);
+			offer(cfg->ctl_fd, e, 0, -1, -1, mode);
+			close(sp[0]);
+			close(sp[1]);
+			return;
+		}
+	} else if (mode != SBX_NET_BLOCKED && setns(ns, CLONE_NEWNET) != 0) {
 		offer(cfg->ctl_fd, errno, 0, -1, -1, mode);
 		close(sp[0]);
 		close(sp[1]);
@@ -87,6 +111,7 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 	while ((pid = sbx_sys_clone3_fork(CLONE_NEWPID | CLONE_NEWNS, &pidfd)) < 0 &&
 	       sbx_sys_fork_retry(&tries))
 		;
+	int clone_errno = errno;
 	if (cfg->oom_fd >= 0 && pid != 0)
 		(void)!pwrite(cfg->oom_fd, cfg->oom_adj, strlen(cfg->oom_adj), 0);
 	/* Should we fail to step back, the zygote must not offer runs in the
@@ -99,20 +124,40 @@ static void warm_offer(const struct sbx_zygote_cfg *cfg, sbx_net mode)
 		sbx_init_main(cfg, sp[1]);
 	}
 	close(sp[1]);
-	offer(cfg->ctl_fd, pid < 0 ? errno : 0, pid, pidfd, sp[0], mode);
+	if (listener >= 0)
+		close(listener);
+	offer(cfg->ctl_fd, pid < 0 ? clone_errno : 0, pid, pidfd, sp[0], mode);
 	close(sp[0]);
 	if (pidfd >= 0)
 		close(pidfd);
 }
 
+/* After the session's end, the runs' inits get their commands' grace and
+ * this much more to report before the zygote's own end kills them. */
+#define EXPIRE_REPORT_MS 2000
+
+/* ms until the next lifetime step (-1: none): until the end, then until
+ * the end of the grace; past that the zygote ends. */
+static int lifetime_wait(const struct sbx_zygote_cfg *cfg, bool *expired)
+{
+	if (!cfg->expire_at_ms)
+		return -1;
+	uint64_t now = sbx_monotonic_ms();
+	*expired = now >= cfg->expire_at_ms;
+	uint64_t until = cfg->expire_at_ms;
+	if (*expired)
+		until += (uint64_t)cfg->expire_grace_ms + EXPIRE_REPORT_MS;
+	if (now >= until)
+		_exit(0);
+	return until - now > INT32_MAX ? INT32_MAX : (int)(until - now);
+}
+
 void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 {
 	sigset_t mask;
-	struct timespec t0;
 
 	prctl(PR_SET_NAME, "sbx-zygote");
 	prctl(PR_SET_DUMPABLE, 0);
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	/* Every init is born with the signals it forwards blocked: a signal
 	 * the host sends to a new PID namespace's init before it blocks them
 	 * itself would meet the default handler, which the kernel ignores for
@@ -138,16 +183,8 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 		warm_offer(cfg, cfg->warm_mode);
 	for (;;) {
 		struct pollfd pfd[2] = {{cfg->ctl_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
-		int timeout = -1;
-		if (cfg->lifetime_ms) {
-			struct timespec now;
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			int64_t spent = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
-					(now.tv_nsec - t0.tv_nsec) / 1000000;
-			if (spent >= (int64_t)cfg->lifetime_ms)
-				_exit(0);
-			timeout = (int)((int64_t)cfg->lifetime_ms - spent);
-		}
+		bool expired = false;
+		int timeout = lifetime_wait(cfg, &expired);
 		if (poll(pfd, 2, timeout) < 0 && errno != EINTR)
 			_exit(1);
 		if (pfd[1].revents & POLLIN) {
@@ -164,7 +201,7 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 				_exit(0);
 			/* The host took the last offer, or turned it down
 			 * (found it dead, or of another mode). */
-			if (n == sizeof(want) && want.magic == SBX_PROTO_MAGIC)
+			if (n == sizeof(want) && want.magic == SBX_PROTO_MAGIC && !expired)
 				warm_offer(cfg, (sbx_net)want.mode);
 		}
 	}

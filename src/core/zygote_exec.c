@@ -40,7 +40,7 @@
 
 #define BLOB_MAGIC 0x7a786273u /* "sbxz" */
 /* Bump when the blob's layout changes (the cfg's own size is checked too). */
-#define BLOB_VERSION 1u
+#define BLOB_VERSION 2u
 #define BLOB_MAX_STRINGS (SBX_MAX_CARRY * PATH_MAX)
 #define BLOB_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 

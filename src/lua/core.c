@@ -14,6 +14,7 @@
  *   s:ready_fd()                  fd to wait on before s:finish() | nil
  *   s:finish()                    true | false (not yet) | nil, kind, msg
  *   s:offer_fd(mode)              fd to wait on before a run starts | nil
+ *   s:own_offer_fd()              the same for a run with own_netns (asks ahead)
  *   core.realpath(path)           canonical host path | nil, kind, msg
  *   core.monotonic_ms()           milliseconds of CLOCK_MONOTONIC (a float)
  *   s:run(ropts)                  run | nil, kind, msg        (run.c)
@@ -43,13 +44,15 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 }
 
 static const char *const session_fields[] = {
-	"backend",	"work_dir",  "state_dir",    "hostname",      "system_ro",
-	"etc_files",	"binds",     "seccomp_deny", "seccomp_allow", "host_uid",
-	"aux_uid",	"tmp_bytes", "shm_bytes",    "lifetime_ms",   "memory_bytes",
-	"cpu_milli",	"pids_max",  "disk_bytes",   "cgroup_root",   "nofile",
-	"fsize_bytes",	"run_uid",   "gpus",	     "gpu_dev_dir",   "gpu_paths",
-	"gpu_shared",	"warm_runs", "network_mode", "proxy_port",    "open_deny",
-	"warm_idle_ms", NULL,
+	"backend",	 "work_dir",	"state_dir",	"hostname",
+	"system_ro",	 "etc_files",	"binds",	"seccomp_deny",
+	"seccomp_allow", "host_uid",	"aux_uid",	"tmp_bytes",
+	"shm_bytes",	 "lifetime_ms", "memory_bytes", "cpu_milli",
+	"pids_max",	 "disk_bytes",	"cgroup_root",	"nofile",
+	"fsize_bytes",	 "run_uid",	"gpus",		"gpu_dev_dir",
+	"gpu_paths",	 "gpu_shared",	"warm_runs",	"network_mode",
+	"proxy_port",	 "open_deny",	"ca_bundle",	"expire_grace_ms",
+	"warm_idle_ms",	 NULL,
 };
 
 static const char *const bind_fields[] = {"path", "writable", NULL};
@@ -111,6 +114,7 @@ static int session_open(lua_State *L, bool start)
 	o.work_dir = lsbx_opt_string(L, 1, "work_dir");
 	o.state_dir = lsbx_opt_string(L, 1, "state_dir");
 	o.hostname = lsbx_opt_string(L, 1, "hostname");
+	o.ca_bundle = lsbx_opt_string(L, 1, "ca_bundle");
 	/* The arrays' memory is pushed on the stack and lives until we return. */
 	o.system_ro = lsbx_opt_strv(L, 1, "system_ro", false, NULL);
 	o.etc_files = lsbx_opt_strv(L, 1, "etc_files", false, NULL);
@@ -123,6 +127,7 @@ static int session_open(lua_State *L, bool start)
 	o.tmp_bytes = (uint64_t)lsbx_opt_int(L, 1, "tmp_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.shm_bytes = (uint64_t)lsbx_opt_int(L, 1, "shm_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.lifetime_ms = (uint64_t)lsbx_opt_int(L, 1, "lifetime_ms", 0, LSBX_MAX_EXACT, 0);
+	o.expire_grace_ms = (uint32_t)lsbx_opt_int(L, 1, "expire_grace_ms", 0, 3600000, 0);
 	o.memory_bytes = (uint64_t)lsbx_opt_int(L, 1, "memory_bytes", 0, LSBX_MAX_EXACT, 0);
 	o.cpu_milli = (uint32_t)lsbx_opt_int(L, 1, "cpu_milli", 0, 1000000, 0);
 	o.pids_max = (uint32_t)lsbx_opt_int(L, 1, "pids_max", 0, 4194304, 0);
@@ -210,6 +215,19 @@ static int l_session_offer_fd(lua_State *L)
 	lsbx_session *ud = lsbx_check_session(L, 1);
 	int mode = luaL_checkoption(L, 2, "blocked", modes);
 	int fd = ud->s ? sbx_session_offer_fd(ud->s, (sbx_net)mode) : -1;
+	if (fd < 0)
+		return 0;
+	lua_pushinteger(L, fd);
+	return 1;
+}
+
+/* s:own_offer_fd() -> the same for a run with own_netns: asks the sandbox
+ * for one now; nil when one is ready (or the session cannot have one: the
+ * run then says why). */
+static int l_session_own_offer_fd(lua_State *L)
+{
+	lsbx_session *ud = lsbx_check_session(L, 1);
+	int fd = ud->s ? sbx_session_own_offer_fd(ud->s) : -1;
 	if (fd < 0)
 		return 0;
 	lua_pushinteger(L, fd);
@@ -474,6 +492,7 @@ static const luaL_Reg session_methods[] = {
 	{"ready_fd", l_session_ready_fd},
 	{"finish", l_session_finish},
 	{"offer_fd", l_session_offer_fd},
+	{"own_offer_fd", l_session_own_offer_fd},
 	{NULL, NULL},
 };
 

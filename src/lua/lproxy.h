@@ -44,4 +44,10 @@ void lsbx_proxy_push_stats(lua_State *L, const sbx_proxy_stats *s);
  * table on the stack top. */
 void lsbx_proxy_child_register(lua_State *L);
 
+/* proxy_secrets.c: core.proxy_ca, px:secrets, and the spec proxy_spawn's
+ * child applies (0, or nil, kind, msg pushed and 3). */
+void lsbx_proxy_secrets_register(lua_State *L);
+int lsbx_proxy_secrets(lua_State *L);
+int lsbx_proxy_apply_secrets(lua_State *L, sbx_proxy *p, void *tag, int idx);
+
 #endif

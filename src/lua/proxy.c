@@ -78,8 +78,8 @@ struct held_line {
 typedef struct held_line held_line;
 
 const char *const lsbx_proxy_fields[] = {
-	"decide",	   "batch", "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
-	"idle_timeout_ms", NULL,
+	"decide",	   "batch",   "log", "max_conns", "connect_timeout_ms", "header_timeout_ms",
+	"idle_timeout_ms", "secrets", NULL,
 };
 
 static void copy_field(lua_State *L, int t, const char *name, char *dst, size_t n)
@@ -558,6 +558,7 @@ void lsbx_proxy_push_stats(lua_State *L, const sbx_proxy_stats *s)
 	F(active);
 	F(bytes_up);
 	F(bytes_down);
+	F(intercepted);
 #undef F
 }
 
@@ -600,9 +601,16 @@ static int l_proxy_tostring(lua_State *L)
 }
 
 static const luaL_Reg proxy_methods[] = {
-	{"add", l_proxy_add},	      {"remove", l_proxy_remove}, {"fd", l_proxy_fd},
-	{"step", l_proxy_step},	      {"stats", l_proxy_stats},	  {"close", l_proxy_close},
-	{"decided", l_proxy_decided}, {"wake", lsbx_proxy_wake},  {NULL, NULL},
+	{"add", l_proxy_add},
+	{"remove", l_proxy_remove},
+	{"fd", l_proxy_fd},
+	{"step", l_proxy_step},
+	{"stats", l_proxy_stats},
+	{"close", l_proxy_close},
+	{"decided", l_proxy_decided},
+	{"wake", lsbx_proxy_wake},
+	{"secrets", lsbx_proxy_secrets},
+	{NULL, NULL},
 };
 
 void lsbx_proxy_register(lua_State *L)
@@ -611,4 +619,5 @@ void lsbx_proxy_register(lua_State *L)
 	lua_pushcfunction(L, l_proxy_new);
 	lua_setfield(L, -2, "proxy_new");
 	lsbx_proxy_child_register(L);
+	lsbx_proxy_secrets_register(L);
 }

@@ -14,9 +14,11 @@
  *   r:close_stdin()                 true | nil, kind, msg (pty: types ^D)
  *   r:resize(rows, cols)            true | nil, kind, msg
  *   r:pty()                         true when the run has a terminal
+ *   r:take_listener()               own_netns: the proxy listener fd of its
+ *                                   namespace (the caller's) | nil once taken
  *   r:close()                       true (kills the run if still going)
  *
- * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"error",
+ * result = { term = "exit"|"signal"|"timeout"|"killed"|"oom"|"session_expired"|"error",
  *            returncode =, signo =, runtime_ms =, error = string|nil,
  *            error_kind = "SandboxExecutionError"|"InvalidArgument" (with
  *            error), error_option = "cwd"|nil (InvalidArgument: the
@@ -79,9 +81,9 @@ static void sigpipe_restore(const sigset_t *old, bool was_pending)
 }
 
 static const char *const run_fields[] = {
-	"argv",	      "env",	    "cwd",	  "stdin",    "stdout",
-	"stderr",     "stdin_data", "timeout_ms", "grace_ms", "network_mode",
-	"stdin_live", "pty_rows",   "pty_cols",	  NULL,
+	"argv",	      "env",	    "cwd",	  "stdin",     "stdout",
+	"stderr",     "stdin_data", "timeout_ms", "grace_ms",  "network_mode",
+	"stdin_live", "pty_rows",   "pty_cols",	  "own_netns", NULL,
 };
 
 static lsbx_run *check_run(lua_State *L, int idx)
@@ -145,6 +147,7 @@ int lsbx_session_run(lua_State *L)
 	o.stdin_live = lsbx_opt_bool(L, 2, "stdin_live", false);
 	o.pty_rows = (uint16_t)lsbx_opt_int(L, 2, "pty_rows", 0, UINT16_MAX, 0);
 	o.pty_cols = (uint16_t)lsbx_opt_int(L, 2, "pty_cols", 0, UINT16_MAX, 0);
+	o.own_netns = lsbx_opt_bool(L, 2, "own_netns", false);
 	if (o.stdin_live && o.stdin_mode != SBX_IO_PIPE)
 		luaL_error(L, "field 'stdin_live': needs stdin = \"pipe\"");
 
@@ -370,6 +373,17 @@ static int l_run_pty(lua_State *L)
 	return 1;
 }
 
+static int l_run_take_listener(lua_State *L)
+{
+	lsbx_run *ud = check_run(L, 1);
+	int fd = ud->r ? sbx_run_take_listener(ud->r) : -1;
+
+	if (fd < 0)
+		return 0;
+	lua_pushinteger(L, fd);
+	return 1;
+}
+
 /* r:close() and __gc */
 static int l_run_close(lua_State *L)
 {
@@ -405,6 +419,7 @@ static const luaL_Reg run_methods[] = {
 	{"close_stdin", l_run_close_stdin},
 	{"resize", l_run_resize},
 	{"pty", l_run_pty},
+	{"take_listener", l_run_take_listener},
 	{NULL, NULL},
 };
 

@@ -76,6 +76,23 @@ int sbx_srv_pcall(lua_State *L, int narg, int nres, const char *where)
 	return status;
 }
 
+/* log(level, text): a line of the Lua layer, with the real ts= and the
+ * --log-level filter (level "error" | "warn" | "info" | "debug"). */
+int sbx_srv_l_log(lua_State *L)
+{
+	const char *level = luaL_checkstring(L, 1);
+	const char *text = luaL_checkstring(L, 2);
+	int n;
+
+	for (n = 0; n < 4; n++)
+		if (strcmp(level, level_names[n]) == 0)
+			break;
+	if (n == 4)
+		return luaL_error(L, "log: unknown level '%s'", level);
+	sbx_srv_log(n, "%s", text);
+	return 0;
+}
+
 uint64_t sbx_srv_now_ms(void)
 {
 	struct timespec ts;

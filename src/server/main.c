@@ -127,6 +127,8 @@ static int lua_start(sbx_srv *S)
 	lua_setfield(L, -2, "file_append");
 	sbx_srv_file_io_push(L);
 	lua_setfield(L, -2, "file_io");
+	lua_pushcfunction(L, sbx_srv_l_log);
+	lua_setfield(L, -2, "log");
 	/* The policy worker (hooks.c), started once signals are blocked. */
 	lua_createtable(L, 0, 2);
 	lua_pushcfunction(L, sbx_srv_l_hooks_post);

@@ -30,6 +30,8 @@ void sbx_srv_metrics_run(const char *outcome, double seconds)
 		sbx_srv_m.runs_disconnected++;
 	else if (!strcmp(outcome, "oom"))
 		sbx_srv_m.runs_oom++;
+	else if (!strcmp(outcome, "session_expired"))
+		sbx_srv_m.runs_expired++;
 	else
 		sbx_srv_m.runs_error++;
 	for (int i = 0; i < 12; i++)
@@ -53,6 +55,8 @@ static const struct {
 	{"proxy_active", "sbxd_proxy_connections_active", "gauge", "Proxy connections open now."},
 	{"proxy_bytes_up", "sbxd_proxy_bytes_up_total", "counter", "Bytes from sandboxes out."},
 	{"proxy_bytes_down", "sbxd_proxy_bytes_down_total", "counter", "Bytes to sandboxes."},
+	{"proxy_intercepted", "sbxd_proxy_intercepted_total", "counter",
+	 "Proxy connections to a secret's host, TLS terminated to substitute it."},
 	{"proxy_lua_calls", "sbxd_proxy_lua_calls_total", "counter",
 	 "Calls from the proxy into Lua (policy verdicts and log lines, in batches)."},
 };
@@ -118,6 +122,8 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 		(unsigned long)sbx_srv_m.runs_error);
 	fprintf(f, "sbxd_runs_finished_total{outcome=\"disconnected\"} %lu\n",
 		(unsigned long)sbx_srv_m.runs_disconnected);
+	fprintf(f, "sbxd_runs_finished_total{outcome=\"session_expired\"} %lu\n",
+		(unsigned long)sbx_srv_m.runs_expired);
 	fprintf(f, "# HELP sbxd_streamed_bytes_total Bytes of stdout/stderr streamed.\n"
 		   "# TYPE sbxd_streamed_bytes_total counter\n");
 	fprintf(f, "sbxd_streamed_bytes_total %lu\n", (unsigned long)sbx_srv_m.bytes_streamed);

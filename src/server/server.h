@@ -123,6 +123,8 @@ void sbx_srv_log_lua_error(lua_State *L, const char *where);
 /* lsbx_pcall for calls whose error is only logged: on failure the error is
  * logged (above) and popped.  Returns lua_pcall's status. */
 int sbx_srv_pcall(lua_State *L, int narg, int nres, const char *where);
+/* Lua: log(level, text), one sbx_srv_log line (sbx.server's events). */
+int sbx_srv_l_log(lua_State *L);
 
 /* ---- auth.c ---- */
 /* Load "TOKEN TENANT" lines; returns 0 or -1 with err filled. */
@@ -237,7 +239,7 @@ typedef struct sbx_srv_metrics {
 	uint64_t auth_failures;
 	uint64_t runs_started;
 	uint64_t runs_exit, runs_signal, runs_timeout, runs_killed, runs_oom, runs_error,
-		runs_disconnected;
+		runs_disconnected, runs_expired;
 	uint64_t bytes_streamed;
 	uint64_t latency_buckets[12];
 	double latency_sum;

@@ -2,14 +2,17 @@
 # run.sh: the benchmarks (make bench): builds the peer timer
 # (sbx-bench-peer) and sbxlua in BUILD_DIR, then runs exec_latency.lua,
 # which times s:exec("/bin/true") and the peers in the same run,
+# limits_bench.lua (issue 18: the run and open paths against their limits),
 # backend_bench.lua (open/close and exec latency per backend),
 # policy_overhead.lua, the policy engine's time per run, and
 # remote_bench.lua, sbxd's HTTP/2 API against on-device,
 # loop_bench.py, sbxd's /healthz while sessions open and hooks run,
 # front_bench.lua, what sbxd's front costs (with and without it), and
-# netmode_bench.lua, what per-run network modes cost, and
+# netmode_bench.lua, what per-run network modes cost,
+# runallow_bench.lua, what a run's own allow-list costs, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
-# loopback, and proxy_sbxd_bench.lua, the same proxy on sbxd's loop,
+# loopback, proxy_sbxd_bench.lua, the same proxy on sbxd's loop,
+# secrets_bench.lua, an HTTPS request with and without secret substitution,
 # density_bench.lua, N idle sessions' memory and processes and open + first
 # exec at N live (N=500; SBX_DENSITY_N=2000 for the large run), and
 # bytes_bench.lua, stdout through sbxd and put/get_bytes against head|cat
@@ -23,6 +26,10 @@ build=${1:-build}
 shift || true
 cmake --build "$build" -j"$(nproc)" --target sbx-bench-peer sbxlua >/dev/null
 "$build/bin/sbxlua" tests/bench/exec_latency.lua --peer "$build/bin/sbx-bench-peer" "$@"
+# Issue 18's run and open figures next to their limits, side by side in
+# alternating rounds, as ratios.
+echo
+"$build/bin/sbxlua" tests/bench/limits_bench.lua --peer "$build/bin/sbx-bench-peer"
 # Per backend, side by side: session open+close and exec("/bin/true") latency (issue 6).
 echo
 "$build/bin/sbxlua" tests/bench/backend_bench.lua 2>/dev/null
@@ -33,6 +40,10 @@ echo
 # network ceiling (issue 5).
 echo
 "$build/bin/sbxlua" tests/bench/netmode_bench.lua 2>/dev/null
+# A run's own allow-list: cold (first) and later runs vs plain allowlist
+# runs (issue 17).
+echo
+"$build/bin/sbxlua" tests/bench/runallow_bench.lua 2>/dev/null
 # The allow-list proxy: CONNECT setup latency and tunnel throughput vs
 # direct loopback, in the same run (issue 5).
 echo
@@ -43,6 +54,9 @@ cmake --build "$build" -j"$(nproc)" --target sbx-proxy-bench >/dev/null
 echo
 cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
 "$build/bin/sbxlua" tests/bench/proxy_sbxd_bench.lua
+# Secrets (issue 20): ms per HTTPS request, spliced vs substituted.
+echo
+"$build/bin/sbxlua" tests/bench/secrets_bench.lua
 # sbxd's loop never waits (issue 14): /healthz on a kept connection while
 # 16 sessions open at once and while a policy hook runs to its deadline.
 # SBXD_BEFORE=/path/to/an/older/sbxd puts that build in the same table.

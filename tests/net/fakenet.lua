@@ -7,6 +7,10 @@
 --   net:zone{ ["pypi.org"] = "198.51.100.2", ["x.test"] = { "203.0.113.2", "2001:db8:100::2" } }
 --   net:dns_queries()   --> { "pypi.org", ... } (one entry per query, A and AAAA both count)
 --   net:ca_file()       --> path of the CA that signed the HTTPS server's cert
+--   net:sites_dir()     --> DIR/HOST/... is served for requests to HOST (Host header)
+--   net:package_index{ python = { "name", "1.0" }, npm = { "name", "1.0.0" } }
+--                       -- a PyPI simple index + wheel and an npm registry
+--                          document + tarball there (tests/net/fakeindex.py)
 --   net:down()          -- idempotent; call it in a finally/teardown
 --
 -- Addresses (F.ADDR): host = 198.51.100.1 (the host netns side), inet = 198.51.100.2
@@ -149,6 +153,21 @@ end
 
 function Net:ca_file()
   return self.dir .. "/ca.pem"
+end
+
+function Net:sites_dir()
+  return self.dir .. "/sites"
+end
+
+M.FAKEINDEX = here .. "fakeindex.py"
+
+-- Serve a tiny Python package under pypi.org / files.pythonhosted.org and a
+-- tiny npm package under registry.npmjs.org (put those names in the zone).
+function Net:package_index(spec)
+  local py, npm = spec.python, spec.npm
+  local out, rc = run(("/usr/bin/python3 %s sites %s %s %s %s %s"):format(q(M.FAKEINDEX),
+    q(self:sites_dir()), q(py[1]), q(py[2]), q(npm[1]), q(npm[2])))
+  if rc ~= 0 then error("fakeindex failed: " .. out, 2) end
 end
 
 -- Tear everything down (servers, both netns, /etc/netns/NAME-host, the state dir).

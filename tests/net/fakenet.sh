@@ -14,12 +14,15 @@
 #            DNS udp 198.51.100.2:53 (zone file, query log), HTTP :80 on
 #            198.51.100.2, 203.0.113.2 and 2001:db8:100::2, HTTPS :443 on
 #            198.51.100.2 and 203.0.113.2 (cert from a throwaway CA, SANs pypi.org,
-#            files.pythonhosted.org, example.com, evil.test and the addresses),
+#            files.pythonhosted.org, registry.npmjs.org, example.com, evil.test
+#            and the addresses), static files for a Host from sites/HOST/
+#            (package indexes: tests/net/fakeindex.py writes them),
 #            UDP echo :7 and TCP echo :9 on 198.51.100.2 and 203.0.113.2.
 # STATE_DIR (default /tmp/sbx-fakenet-NAME) holds: ca.pem (the CA to trust),
 # zone (`name addr` lines, the test writes it; read on every query),
 # dns-queries.log (`name TYPE` per query), http-access.log (`ADDR:PORT PEER
-# METHOD PATH HOST` per request), servers.pid, servers.log.
+# METHOD PATH HOST` per request), sites/ (what the test serves per host name),
+# servers.pid, servers.log.
 # Nothing outside the two namespaces, /etc/netns/NAME-host and STATE_DIR is touched.
 set -euo pipefail
 
@@ -56,6 +59,7 @@ down() {
 	rm -rf "/etc/netns/$hostns"
 	rm -f "$dir"/{ca.pem,ca.key,ca.srl,server.pem,server.key,server.csr,ext.cnf} \
 		"$dir"/{zone,zone.new,dns-queries.log,http-access.log,servers.pid,servers.log,ready,ready.tmp}
+	rm -rf "$dir/sites"
 	rmdir "$dir" 2>/dev/null || true
 }
 
@@ -67,7 +71,7 @@ certs() {
 	openssl req -new -nodes -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 \
 		-keyout "$dir/server.key" -out "$dir/server.csr" -subj "/CN=fakenet" 2>/dev/null
 	cat >"$dir/ext.cnf" <<-EOF
-		subjectAltName=DNS:pypi.org,DNS:files.pythonhosted.org,DNS:example.com,DNS:evil.test,DNS:*.evil.test,IP:198.51.100.2,IP:203.0.113.2
+		subjectAltName=DNS:pypi.org,DNS:files.pythonhosted.org,DNS:registry.npmjs.org,DNS:example.com,DNS:evil.test,DNS:*.evil.test,IP:198.51.100.2,IP:203.0.113.2
 		basicConstraints=CA:FALSE
 		extendedKeyUsage=serverAuth
 	EOF
@@ -116,6 +120,7 @@ up() {
 	: >"$dir/zone"
 	: >"$dir/dns-queries.log"
 	: >"$dir/http-access.log"
+	mkdir -p "$dir/sites"
 	wait "$certs_pid"
 
 	ip netns exec "$inetns" setsid /usr/bin/python3 "$here/fakenet_servers.py" \
@@ -125,7 +130,7 @@ up() {
 		--echo 198.51.100.2 --echo 203.0.113.2 \
 		--zone "$dir/zone" --query-log "$dir/dns-queries.log" \
 		--access-log "$dir/http-access.log" \
-		--cert "$dir/server.pem" --key "$dir/server.key" --ready "$dir/ready" \
+		--cert "$dir/server.pem" --key "$dir/server.key" --ready "$dir/ready" --sites "$dir/sites" \
 		</dev/null >"$dir/servers.log" 2>&1 &
 	echo $! >"$dir/servers.pid"
 	local i

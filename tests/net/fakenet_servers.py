@@ -14,6 +14,9 @@
 #           GET  /big/N.sha256 hex SHA-256 of /big/N
 #           GET  /headers      the request line and headers, echoed as text
 #           POST /echo         the request body, echoed
+#         with --sites DIR, a GET or HEAD whose Host has a directory DIR/HOST
+#         is first looked up there (a file; a directory's index.html; else
+#         PATH.json): the package indexes of tests/net/fakeindex.py;
 #         every request is appended to the access log as
 #         `ADDR:PORT PEER METHOD PATH HOST`.
 #   UDP echo :7, TCP echo :9 on every --echo address.
@@ -21,6 +24,7 @@
 import argparse
 import hashlib
 import os
+import posixpath
 import socket
 import socketserver
 import ssl
@@ -32,6 +36,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 MIB = 1 << 20
 _base = b"".join(hashlib.sha256(i.to_bytes(4, "big")).digest() for i in range(MIB // 32))
 
+
+# The credential /auth wants (tests/spec/secrets_spec.lua gives it as a secret).
+API_KEY = "sk-fakenet-5ecre7-0123456789abcdef"
 
 def big_block(k):
     """MiB number k of /big/N: a fixed pseudo-random MiB whose first 8 bytes
@@ -132,7 +139,29 @@ def serve_dns(sock, zone_path, log):
 
 # ---- HTTP / HTTPS ----
 
-def make_handler(access_log):
+CTYPES = {".html": "text/html", ".json": "application/json", ".whl": "application/octet-stream",
+          ".tgz": "application/octet-stream"}
+
+
+def site_file(sites, host, path):
+    """The file under sites/HOST that answers path, or None."""
+    host = (host or "").split(":")[0].lower().rstrip(".")
+    if not sites or not host or "/" in host or host.startswith("."):
+        return None
+    base = os.path.join(sites, host)
+    if not os.path.isdir(base):
+        return None
+    rel = posixpath.normpath("/" + path).lstrip("/")
+    if rel.startswith(".."):
+        return None
+    f = os.path.join(base, rel) if rel not in ("", ".") else base
+    for cand in (f, os.path.join(f, "index.html"), f.rstrip("/") + ".json"):
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+def make_handler(access_log, sites=None):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "fakenet"
@@ -156,8 +185,26 @@ def make_handler(access_log):
         def do_GET(self):
             self._log()
             path = self.path.split("?", 1)[0]
+            f = site_file(sites, self.headers.get("Host"), path)
+            if f is not None:
+                with open(f, "rb") as fh:
+                    body = fh.read()
+                return self._send(200, body, CTYPES.get(os.path.splitext(f)[1], "application/octet-stream"))
             if path == "/hello":
                 return self._send(200, ("hello from %s\n" % self.server.where).encode())
+            if path == "/auth":
+                # an API that wants the secret the secrets tests give
+                ok = self.headers.get("Authorization") == "Bearer " + API_KEY
+                return self._send(200 if ok else 401, b"authorized\n" if ok else b"unauthorized\n")
+            if path == "/echo-auth":
+                # an API that echoes the credential, in a header and the body
+                got = self.headers.get("Authorization") or ""
+                body = ("you sent: %s\n" % got).encode() * 2000  # > one TLS record
+                self.send_response(200)
+                self.send_header("X-Echo", got)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                return self.wfile.write(body)
             if path == "/headers":
                 text = self.requestline + "\n" + str(self.headers)
                 return self._send(200, text.encode())
@@ -257,10 +304,11 @@ def main():
     ap.add_argument("--cert", required=True)
     ap.add_argument("--key", required=True)
     ap.add_argument("--ready", required=True)
+    ap.add_argument("--sites")
     a = ap.parse_args()
 
     qlog, alog = Log(a.query_log), Log(a.access_log)
-    handler = make_handler(alog)
+    handler = make_handler(alog, a.sites)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(a.cert, a.key)
     ctx.set_alpn_protocols(["http/1.1"])

@@ -2,7 +2,7 @@
 --
 --   local H = dofile(ROOT .. "/tests/server/harness.lua")
 --   local srv = H.start{ tokens = { alice = "...", bob = "..." }, args = { "--max-runs", "2" },
---                        tls = true, env = { NAME = "value" } }
+--                        tls = true, env = { NAME = "value" }, netns = "NAME-host" }
 --   srv.url, srv.pid, srv.token.alice, srv.dir, srv.log_path, srv:log()
 --   srv:stop()                 -- SIGTERM, waits; returns the exit status
 --   H.curl(args)               -- runs curl, returns stdout, http status
@@ -64,6 +64,11 @@ function M.start(o)
     args[#args + 1] = "--tls-key"; args[#args + 1] = dir .. "/key.pem"
   end
   for _, a in ipairs(o.args or {}) do args[#args + 1] = a end
+  -- o.netns: run sbxd in that network namespace (`ip netns exec`, which
+  -- execs in place: the pid stays sbxd's).  Its clients must run there too.
+  if o.netns then
+    for i, a in ipairs { "ip", "netns", "exec", o.netns } do table.insert(args, i, a) end
+  end
   local quoted = {}
   for i, a in ipairs(args) do quoted[i] = q(a) end
   -- The pid first, then sbxd's own "listening on" line.  LeakSanitizer

@@ -16,12 +16,19 @@ if not T.has_core() then
   return
 end
 
+-- The session venv (sbx.venv) comes first on PATH, except with backend
+-- none (no venv: backend_contract_spec runs this file per backend).
+local NO_VENV = getfenv(1).BACKEND_UNDER_TEST == "none"
+local VENV_PATH = "PATH=" .. (NO_VENV and "" or "/tmp/sandbox-work/.venv/bin:")
+  .. "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+local VIRTUAL_ENV = not NO_VENV and "VIRTUAL_ENV=/tmp/sandbox-work/.venv" or nil
 local DEFAULT_ENV = {
   "HOME=/tmp/sandbox-work",
   "LANG=C.UTF-8",
   "LOGNAME=sandbox",
-  "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  VENV_PATH,
   "USER=sandbox",
+  VIRTUAL_ENV,
 }
 
 local function collect(iter)
@@ -356,14 +363,19 @@ describe("a session's runs", function()
     local lines = {}
     for l in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = l end
     table.sort(lines)
-    assert.are.same(DEFAULT_ENV, lines)
+    -- Backend none runs on the host: HOME is the session's host work dir
+    -- there (issue 17), as /tmp/sandbox-work is everywhere else.
+    local want = {}
+    for i, v in ipairs(DEFAULT_ENV) do
+      want[i] = (s.backend == "none" and v:match("^HOME=")) and ("HOME=" .. s.work_dir) or v
+    end
+    assert.are.same(want, lines)
     r = s:exec({ "/usr/bin/env" }, { env = { FOO = "bar baz", EQ = "a=b", HOME = "/tmp/sandbox-work/h", U = "é" } })
     lines = {}
     for l in r.stdout:gmatch("[^\n]+") do lines[#lines + 1] = l end
     table.sort(lines)
     assert.are.same({ "EQ=a=b", "FOO=bar baz", "HOME=/tmp/sandbox-work/h", "LANG=C.UTF-8",
-      "LOGNAME=sandbox", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-      "U=é", "USER=sandbox" }, lines)
+      "LOGNAME=sandbox", VENV_PATH, "U=é", "USER=sandbox", VIRTUAL_ENV }, lines)
     T.expect("InvalidArgument", s.run, s, "env", { env = { ["BAD=NAME"] = "x" } })
   end)
 

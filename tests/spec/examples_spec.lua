@@ -5,6 +5,8 @@
 -- comments promise.  The remote examples (examples/remote/) run against a
 -- real sbxd started by tests/server/harness.lua, with the endpoint and token
 -- passed the way their comments document (SBX_ENDPOINT/SBX_TOKEN_FILE, SBX_URL/T).
+-- install_and_compute.lua and npm_install.lua need a package index: they run
+-- in headline_spec.lua, against a local one, on-device and through sbxd.
 
 local H = require "spec.sec_helpers"
 
@@ -34,14 +36,13 @@ describe("examples", function()
     assert.is_truthy(out:find("round trip:\tdone\n", 1, true), out)
   end)
 
-  it("agent_loop.lua stages inputs, reads failures as data, fixes, collects results", function()
+  it("agent_loop.lua stages inputs, its driver iterates on failures as data, answer.json comes back", function()
     local out, rc = run("examples/agent_loop.lua")
     assert.are.equal(0, rc, out)
     has(out, "attempt 1: exit 1\n  error: ValueError: invalid literal for int() with base 10: 'units'\n")
-    has(out, "attempt 2: exit 1\n  error: FileNotFoundError:")
+    has(out, "attempt 2: exit 1\n  error: NameError: name 'statistics' is not defined\n")
     has(out, "attempt 3: exit 0\nstdout: regions: 2\n")
-    has(out, 'output/totals.json: {"north": 12.5, "south": 6.0}\n')
-    has(out, "files: input/sales.csv output/totals.json \n")
+    has(out, 'answer.json: {"mean_units": 4, "totals": {"north": 17.5, "south": 6.0}}\n')
   end)
 
   it("custom_policy.lua: the policy logs the open, allows a run, denies curl", function()
@@ -60,7 +61,8 @@ describe("examples", function()
     has(out, "no_curl")
   end)
 
-  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked", function()
+  it("networking.lua: blocked -> allowlist (PyPI through the proxy, the rest refused) -> blocked -> own list",
+      function()
     -- In a fake internet (tests/net) whose DNS puts pypi.org and
     -- example.com on a test server; the host side runs in its namespace.
     local F = require "net.fakenet"
@@ -69,7 +71,8 @@ describe("examples", function()
     local net = F.up(F.unique("sbxex"))
     local out, rc
     local done, err = pcall(function()
-      net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2" }
+      net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2",
+        ["files.pythonhosted.org"] = "198.51.100.2" }
       out, rc = sh(("ip netns exec %s env SBX_EXAMPLE_CA=%s %s examples/networking.lua"):format(
         H.q(net.host_ns), H.q(net:ca_file()), H.q(H.SBXLUA)))
     end)
@@ -85,6 +88,9 @@ describe("examples", function()
     has(out, "allowlist: tcp blocked: OSError Network is unreachable\n")
     has(out, "blocked again: tcp blocked: OSError Network is unreachable\n")
     has(out, "open:\tPolicyDenied\n")
+    has(out, "own list: files.pythonhosted.org -> HTTP 404\n")
+    has(out, "own list: pypi.org -> refused by the proxy (403)\n")
+    has(out, "own list: example.com:\tPolicyDenied\n")
     for _, q in ipairs(queries) do assert.are_not.equal("example.com", q) end
   end)
 

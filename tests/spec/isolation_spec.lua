@@ -146,6 +146,7 @@ ev.set()
       "PATH", "HOME", "LANG", "LC_ALL", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR",
       "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
       "all_proxy", "no_proxy", "PWD", "OLDPWD", "SHLVL", "_", "SBX_PASSED",
+      "VIRTUAL_ENV", -- the session venv (sbx.venv)
     }
     for name in pairs(names) do
       assert.is_true(allowed[name] == true, "unexpected variable in the run: " .. name)

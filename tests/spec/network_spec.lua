@@ -298,6 +298,10 @@ out("host_lo_rc", sh(s, C .. "http://127.0.0.1:18080/").returncode)
 out("host_addr_rc", sh(s, C .. "http://198.51.100.1:18080/").returncode)
 out("blocked_rc", sh(s, C .. "http://198.51.100.2/hello", { network_mode = "blocked" }).returncode)
 out("allow_rc", sh(s, C .. "-f http://198.51.100.2/hello", { network_mode = "allowlist" }).returncode)
+out("own_list", sh(s, C .. "http://pypi.org/hello", { network_allowlist = { "pypi.org" } }).stdout)
+out("own_list_far", sh(s, C .. "http://far.test/hello", { network_allowlist = { "pypi.org" } }).stdout)
+out("own_list_raw", sh(s, C .. "--noproxy '*' --max-time 5 http://198.51.100.2/hello",
+  { network_allowlist = { "pypi.org" } }).returncode)
 s:close()
 ]])
     end)
@@ -327,6 +331,127 @@ s:close()
     it("narrows per call within the session", function()
       assert.are_not.equal("0", res.blocked_rc)
       assert.are_not.equal("0", res.allow_rc)
+    end)
+
+    it("narrows a run to a list of its own (any list narrows an open session)", function()
+      assert.matches("hello from 198.51.100.2:80", res.own_list or "", 1, true, raw_out)
+      assert.matches("not on the allow%-list", res.own_list_far or "", nil, raw_out)
+      assert.are_not.equal("0", res.own_list_raw, raw_out)
+    end)
+  end)
+
+  -- s:run(cmd, { network_allowlist = {...} }): a run narrower than its
+  -- session, in a namespace of its own, while a wide run of the same
+  -- session goes on.  The narrowed run writes each probe's result to a
+  -- file; the wide run fetches far.test only after the narrowed run's
+  -- first probes, and the narrowed run probes far.test again after that.
+  describe("per-run allow-list", function()
+    local function script(open_session)
+      return open_session .. [[
+s:put_bytes("ca.pem", io.open(CA):read("*a"))
+local C = "curl -sS --max-time 30 "
+local function wait_for(f)
+  return "i=0; while [ ! -e " .. f .. " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; "
+end
+local PY = [=[python3 -c '
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); print("connected")
+except OSError as e:
+    print("refused", e.errno)
+' ]=]
+local RAWC = [=[python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (sys.argv[1], sys.argv[1])).encode())
+print(s.recv(4096).split(b"\r\n")[0].decode())
+' ]=]
+local wide = s:run(wait_for("go") .. C .. "http://far.test/hello > w_far 2>&1; touch wide_done",
+  { network_mode = "allowlist" })
+local narrow = s:run(table.concat({
+  C .. "http://pypi.org/hello > n_plain 2>&1",
+  C .. "--cacert ca.pem https://pypi.org/hello > n_https 2>&1",
+  C .. "http://far.test/hello > n_far 2>&1",
+  C .. "--cacert ca.pem https://far.test/hello > n_far_https 2>&1; echo rc=$? >> n_far_https",
+  C .. "--proxy socks5h://127.0.0.1:3128 http://far.test/hello > n_socks 2>&1; echo rc=$? >> n_socks",
+  C .. "--proxy socks5h://127.0.0.1:3128 http://pypi.org/hello > n_socks_ok 2>&1",
+  C .. "--noproxy '*' --max-time 5 http://far.test/hello > n_noproxy 2>&1; echo rc=$? >> n_noproxy",
+  C .. "--noproxy '*' --max-time 5 http://203.0.113.2/hello > n_noproxy_ip 2>&1; echo rc=$? >> n_noproxy_ip",
+  RAWC .. "far.test:80 > n_raw_far 2>&1",
+  RAWC .. "203.0.113.2:80 > n_raw_far_ip 2>&1",
+  RAWC .. "pypi.org:80 > n_raw_ok 2>&1",
+  PY .. "203.0.113.2 80 > n_sock 2>&1",
+  PY .. "198.51.100.2 80 > n_sock_allowed 2>&1",
+  PY .. "127.0.0.1 3128 > n_sock_proxy 2>&1",
+  "awk '$2 ~ /:0C38$/ && $4 == \"0A\"' /proc/net/tcp | wc -l > n_listeners",
+  "touch go",
+  wait_for("wide_done") .. C .. "http://far.test/hello > n_far_after 2>&1",
+}, "\n"), { network_allowlist = { "pypi.org" } })
+narrow:wait() wide:wait()
+for _, f in ipairs { "n_plain", "n_https", "n_far", "n_far_https", "n_socks", "n_socks_ok", "n_noproxy",
+                     "n_noproxy_ip", "n_raw_far", "n_raw_far_ip", "n_raw_ok", "n_sock", "n_sock_allowed",
+                     "n_sock_proxy", "n_listeners", "n_far_after", "w_far" } do
+  local ok, v = pcall(s.get_bytes, s, f)
+  out(f, ok and v or "missing")
+end
+out("wide_after", sh(s, C .. "http://far.test/hello").stdout)
+local ok, e = pcall(s.exec, s, "true", { network_allowlist = { "example.com" } })
+out("widen", ok and "ok" or e.kind .. " " .. e.message)
+ok, e = pcall(s.exec, s, "true", { network_allowlist = { "pypi.org" }, network_mode = "blocked" })
+out("blocked_list", ok and "ok" or e.kind)
+s:close()
+]]
+    end
+    local function check(res, o)
+      -- The narrowed run reaches its host, every way (the controls).
+      assert.matches("hello from 198.51.100.2:80", res.n_plain or "", 1, true, o)
+      assert.matches("hello from 198.51.100.2:443", res.n_https or "", 1, true, o)
+      assert.matches("hello from 198.51.100.2:80", res.n_socks_ok or "", 1, true, o)
+      assert.matches("^HTTP/1%.%d 200", res.n_raw_ok or "", nil, o)
+      assert.matches("^connected", res.n_sock_proxy or "", nil, o)
+      -- ... and not the host its session also allows, by any client.
+      assert.matches("not on the allow%-list", res.n_far or "", nil, o)
+      assert.matches("403", res.n_far_https or "", 1, true, o)
+      assert.is_nil((res.n_far_https or ""):match("rc=0"), o)
+      assert.is_nil((res.n_socks or ""):match("rc=0"), o)
+      assert.is_nil((res.n_noproxy or ""):match("rc=0"), o)
+      assert.is_nil((res.n_noproxy_ip or ""):match("rc=0"), o)
+      assert.matches("^HTTP/1%.%d 403", res.n_raw_far or "", nil, o)
+      assert.matches("^HTTP/1%.%d 403", res.n_raw_far_ip or "", nil, o)
+      assert.matches("^refused", res.n_sock or "", nil, o)
+      assert.matches("^refused", res.n_sock_allowed or "", nil, o)
+      -- One listener in its namespace: its own.
+      assert.are.equal("1", res.n_listeners, o)
+      -- Meanwhile the wide run of the same session reached far.test, and
+      -- the narrowed run still did not, after that.
+      assert.matches("hello from 203.0.113.2:80", res.w_far or "", 1, true, o)
+      assert.matches("not on the allow%-list", res.n_far_after or "", nil, o)
+      assert.matches("hello from 203.0.113.2:80", res.wide_after or "", 1, true, o)
+      -- A list that widens the session's is refused, naming the entry.
+      assert.matches("^PolicyDenied .*example%.com", res.widen or "", nil, o)
+      assert.are.equal("InvalidArgument", res.blocked_list, o)
+    end
+
+    it("keeps a narrowed run to its list while a wide run of the session goes on", function()
+      local res, o = run(script([[
+local s = sbx.session{ backend = "userns", network_mode = "allowlist",
+  network_allowlist = { "pypi.org", "far.test" } }
+]]))
+      check(res, o)
+    end)
+
+    it("does the same through sbxd", function()
+      local res, o = run([[
+package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. package.path
+local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
+local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
+  network_mode = "allowlist", network_allowlist = { "pypi.org", "far.test" } }
+]] .. script(""):gsub("s:close%(%)\n$", function() return [[
+s:close()
+srv:stop()
+]] end))
+      check(res, o)
     end)
   end)
 end)

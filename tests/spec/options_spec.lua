@@ -176,13 +176,17 @@ describe("session options", function()
     end
   end)
 
-  it("want bind paths absolute, without '..', existing, outside /tmp; and normalize them", function()
+  it("want bind paths absolute, without '..', existing, not /tmp itself; and normalize them", function()
     local d = T.tmpdir("/var/tmp")
     local o = session_opts { read_only_paths = { d .. "//./" }, read_write_paths = {} }
     assert.are.same({ d }, o.read_only_paths)
-    -- Every run mounts a fresh /tmp: a bind there would be hidden.
-    local e = T.expect("InvalidArgument", session_opts, { read_only_paths = { T.tmpdir() } })
+    -- Below /tmp: carried into every run's fresh /tmp (README), so taken.
+    local t = T.tmpdir()
+    assert.are.same({ t }, session_opts { read_only_paths = { t } }.read_only_paths)
+    -- /tmp itself is every run's fresh tmpfs; the work dir is the work dir.
+    local e = T.expect("InvalidArgument", session_opts, { read_only_paths = { "/tmp" } })
     assert.matches("/tmp", e.message, 1, true)
+    T.expect("InvalidArgument", session_opts, { read_write_paths = { "/tmp/sandbox-work" } })
     for _, bad in ipairs { "opt/venv", d .. "/../x", d .. "/missing", "/tmp" } do
       T.expect("InvalidArgument", session_opts, { read_only_paths = { bad } })
     end
@@ -304,8 +308,65 @@ describe("run options", function()
       local e = T.expect("PolicyDenied", run_opts, "x", { network_mode = m })
       assert.matches("never widen", e.message, 1, true)
     end
-    T.expect("InvalidArgument", run_opts, "x", { network_allowlist = { "pypi.org" } })
+    -- A run's own allow-list means allowlist mode: wider than blocked.
+    local e = T.expect("PolicyDenied", run_opts, "x", { network_allowlist = { "pypi.org" } })
+    assert.matches("never widen", e.message, 1, true)
     T.expect("InvalidArgument", run_opts, "x", { network_mode = "sideways" })
+  end)
+
+  it("let a run narrow its session's allow-list, entry by entry, never widen it", function()
+    local sess = function()
+      return { network_mode = "allowlist",
+        network_allowlist = { "pypi.org", "*.pythonhosted.org", "10.0.0.0/8", "example.com:443", "x.test:8000-8100" } }
+    end
+    local function narrowed(list, extra)
+      local o = { network_allowlist = list }
+      for k, v in pairs(extra or {}) do o[k] = v end
+      return run_opts("x", o, sess())
+    end
+    for _, list in ipairs { { "pypi.org" }, { "files.pythonhosted.org" }, { "*.pythonhosted.org" },
+        { "*.a.pythonhosted.org" }, { "10.1.0.0/16" }, { "10.2.3.4" }, { "example.com:443" },
+        { "x.test:8000" }, { "x.test:8050-8100" }, { "pypi.org", "10.0.0.0/8" } } do
+      local o = narrowed(list)
+      assert.are.same(list, o.network_allowlist)
+      assert.are.equal("allowlist", o.network_mode, list[1])
+    end
+    for _, bad in ipairs { "pythonhosted.org", "evil.test", "*.org", "10.0.0.0/7", "11.0.0.1",
+        "example.com", "example.com:80", "x.test:7999-8000", "::1" } do
+      local e = T.expect("PolicyDenied", narrowed, { "pypi.org", bad })
+      assert.are.equal("network_allowlist", e.rule, bad)
+      assert.matches(bad, e.message, 1, true)
+    end
+    T.expect("InvalidArgument", narrowed, {})
+    T.expect("InvalidArgument", narrowed, { "pypi.org", "*.*.x" })
+    T.expect("InvalidArgument", narrowed, { "pypi.org" }, { network_mode = "blocked" })
+    assert.are.equal("allowlist", narrowed({ "pypi.org" }, { network_mode = "allowlist" }).network_mode)
+    -- No list of the session's own: the policy's (none in the default policy) is what it narrows.
+    T.expect("PolicyDenied", run_opts, "x", { network_allowlist = { "pypi.org" } }, { network_mode = "allowlist" })
+    -- An open session's ceiling is the whole network: any list narrows it.
+    assert.are.same({ "evil.test" }, run_opts("x", { network_allowlist = { "evil.test" } },
+      { network_mode = "open", network_allowlist = { "pypi.org" } }).network_allowlist)
+  end)
+
+  it("let an on_run hook give a run its own allow-list, held to the session's as the caller's is", function()
+    local path = T.tmpdir() .. "/narrowing_hook.lua"
+    write(path, [[return { on_run = function(r)
+      if r.env.WANT then r.network_allowlist = { r.env.WANT } end
+      return r
+    end }]])
+    local e = require("sbx.policy").load(path)
+    local function admit(want, list)
+      local sess = { policy = e.current, network_mode = "allowlist", env = {}, backend = "userns",
+        network_allowlist = { "pypi.org", "*.pythonhosted.org" } }
+      return e:admit_run(sess, "x", { env = { WANT = want }, network_allowlist = list })
+    end
+    assert.are.same({ "files.pythonhosted.org" }, admit("files.pythonhosted.org").network_allowlist)
+    assert.are.equal("allowlist", admit("files.pythonhosted.org").network_mode)
+    assert.is_nil(admit(nil).network_allowlist)
+    -- The caller's list stays unless the hook gives another.
+    assert.are.same({ "pypi.org" }, admit(nil, { "pypi.org" }).network_allowlist)
+    local err = T.expect("PolicyDenied", admit, "evil.test")
+    assert.matches("evil.test", err.message, 1, true)
   end)
 end)
 

@@ -184,11 +184,39 @@ describe("init reuse", function()
     assert.are_not.equal(ns1, ns2)
   end)
 
-  it("does not reuse inits in a session with a memory ceiling", function()
+  it("reuses inits at a memory ceiling, each keeping its own run cgroup, never after an OOM kill", function()
     s:close()
     s = H.session { memory_mb = 256 }
-    local ns1, ns2 = two_runs(s)
-    assert.are_not.equal(ns1, ns2)
+    local ns1, cg1 = ns_run(s, "cat /proc/self/cgroup | grep -c memory:/$")
+    settle(ns1)
+    -- The idle init, seen from the host: in a run cgroup of the session's,
+    -- and an idle warm run for the OOM killer again (it had 1000 running).
+    local init
+    for _, pid in ipairs(H.procs_in_ns("pid", ns1)) do
+      local nspid = (H.read_file("/proc/" .. pid .. "/status") or ""):match("NSpid:[^\n]*%s(%d+)\n")
+      if nspid == "1" then init = pid end
+    end
+    assert(init, "no init of " .. ns1)
+    local host_cg = (H.read_file("/proc/" .. init .. "/cgroup") or ""):match("memory:([^\n]*)")
+      or (H.read_file("/proc/" .. init .. "/cgroup") or ""):match("0::([^\n]*)")
+    assert.is_truthy(host_cg and host_cg:match("/sbx/%x+/run%-%d+$"), tostring(host_cg))
+    assert.are.equal("500", (H.read_file("/proc/" .. init .. "/oom_score_adj") or ""):match("%-?%d+"))
+    local ns2, cg2, r2 = ns_run(s, "cat /proc/self/cgroup | grep -c memory:/$; cat /proc/self/oom_score_adj")
+    assert.are.equal(ns1, ns2)
+    -- Rooted at its run cgroup both times (v1 names the memory line; on
+    -- v2 grep finds none, both times), and the running command comes first.
+    assert.are.equal(cg1:match("^(%d+)"), cg2:match("^(%d+)\n"), cg2)
+    assert.are.equal("1000", cg2:match("\n(%-?%d+)\n$"), cg2)
+    assert.are.equal("", r2.termination_reason)
+    settle(ns2)
+    -- An OOM kill ends the run's init: the next run is a fresh one, and
+    -- is not counted as the dead one's OOM.
+    local bomb = s:exec(PIDNS .. "; python3 -c 'b = bytearray(1024 * 1024 * 1024)'")
+    assert.are.equal("oom", bomb.termination_reason, H.show(bomb))
+    local ns3, _, r3 = ns_run(s, "true")
+    assert.are_not.equal(ns2, ns3)
+    assert.are.equal("", r3.termination_reason)
+    assert.are.equal(0, r3.returncode)
   end)
 
   it("keeps at most pids/16 idle inits under a pids ceiling", function()

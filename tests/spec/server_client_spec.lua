@@ -197,8 +197,9 @@ describe_srv("sbx.remote client", function()
     local id = t.id
     t:close()
     raises("SessionClosed", t.exec, t, "true")
+    -- sbxd remembers the close (issue 17): 410 SessionClosed, not 404.
     local _, status = srv:curl("/v1/sessions/" .. id, "-H", srv:auth())
-    assert.equal(404, status)
+    assert.equal(410, status)
   end)
 end)
 

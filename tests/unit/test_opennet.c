@@ -578,6 +578,42 @@ static void test_open_privileged(void **state)
 	check_open(false, g_deny_mapped);
 }
 
+/* A session's close: pasta is killed at once (the way out is gone when
+ * the call returns) and reaped a little later by a thread of ours; it
+ * must be reaped (not left a zombie) within a bounded time. */
+static void test_stop_nowait(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_NETNS();
+	struct sandbox sb;
+	sbx_opennet on;
+	sbx_err err;
+	const struct target web = {"198.51.100.2", 80, "hello from 198.51.100.2:80"};
+
+	sandbox_open(&sb, true);
+	int fds_before = fd_count();
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(sbx_opennet_start(&on, sb.userns, sb.netns, g_deny, &err), 0);
+	/* Control: the way out works while pasta lives. */
+	assert_int_equal(in_sandbox_ok(&sb, try_http, &web), 0);
+	pid_t pid = on.pid;
+	sbx_opennet_stop_nowait(&on);
+	assert_int_equal(on.pid, 0);
+	assert_int_equal(in_sandbox(&sb, try_http, &web), 1);
+	/* Reaped, not merely dead: kill() finds no such process. */
+	bool reaped = false;
+	for (int i = 0; i < 1000 && !reaped; i++) {
+		reaped = kill(pid, 0) == -1 && errno == ESRCH;
+		if (!reaped) {
+			struct timespec ts = {0, 10 * 1000000L};
+			nanosleep(&ts, NULL);
+		}
+	}
+	assert_true(reaped);
+	assert_int_equal(fd_count(), fds_before);
+	sandbox_close(&sb);
+}
+
 /* pasta dies with the process that started it. */
 static void test_dies_with_caller(void **state)
 {
@@ -782,6 +818,7 @@ int main(void)
 		cmocka_unit_test_setup(test_open_userns, reset_map),
 		cmocka_unit_test_setup(test_open_userns_unmapped_caller, reset_map),
 		cmocka_unit_test_setup(test_open_privileged, reset_map),
+		cmocka_unit_test_setup(test_stop_nowait, reset_map),
 		cmocka_unit_test_setup(test_dies_with_caller, reset_map),
 		cmocka_unit_test_setup(test_open_rootless, reset_map),
 		cmocka_unit_test_setup(test_no_default_route, reset_map),

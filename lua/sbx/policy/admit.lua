@@ -8,6 +8,8 @@
 local errors = require "sbx.errors"
 local options = require "sbx.options"
 local hooks = require "sbx.policy.hooks"
+local narrow = require "sbx.policy.narrow"
+local secrets = require "sbx.secrets"
 
 local M = {}
 
@@ -28,12 +30,16 @@ function M.session(engine, opts, octx)
   for k, v in pairs(opts) do
     if not M.HOST_KEYS[k] then req[k] = v end
   end
+  -- Rules and hooks see the secrets' names and hosts, never a value, and
+  -- cannot change them.
+  if o.secrets then req.secrets = secrets.public(o.secrets) end
   req.backend, req.network_mode, req.timeout_s = o.backend, o.network_mode, o.timeout_s
   req.max_file_bytes = o.max_file_bytes
   local hooked = gen.hooks.on_session_open ~= nil
   local host = { realpath = octx.realpath, extra_forbidden = octx.extra_forbidden }
   local r = engine:session_open(req, hooks.caller_ctx(octx.caller), gen, host)
   if hooked or gen.ceilings.clamp then
+    r.secrets = opts.secrets
     local ok, o2 = pcall(options.session, r, gen)
     if not ok then
       -- What the hook returned does not pass the option checks: the
@@ -71,6 +77,7 @@ function M.run(engine, st, cmd, opts, extra_keys)
     cmd = cmd, argv = o.argv, script_type = o.script_type, cwd = o.cwd, timeout_s = o.timeout_s,
     network_mode = o.network_mode, stdin = o.stdin_data ~= nil or o.stdin_live == true,
     pty = o.pty_rows ~= nil,
+    network_allowlist = o.network_allowlist and { unpack(o.network_allowlist) } or nil,
     -- Only a hook reads the environment: no need to build it otherwise.
     env = hooked and env_map(o.env) or nil,
   }
@@ -80,7 +87,7 @@ function M.run(engine, st, cmd, opts, extra_keys)
   local r = engine:run(req, ctx, gen)
   if r.timeout_s then o.timeout_ms = timeout_ms(r.timeout_s) end
   o.timeout_s = nil
-  if not hooked then return o end
+  if not hooked then return M.run_allowlist(gen, st, o) end
   o.argv = r.argv
   for _, a in ipairs(o.argv) do
     if #a >= options.MAX_ARG_BYTES then
@@ -93,6 +100,24 @@ function M.run(engine, st, cmd, opts, extra_keys)
   end)
   if not ok then hooks.malformed(gen, "on_run", errors.is(err) and err.message or tostring(err)) end
   o.network_mode = r.network_mode or o.network_mode
+  -- A hook may give the run a list of its own, or narrow its mode below
+  -- allowlist (the list then has nothing left to say).
+  if r.network_allowlist ~= nil then
+    local ok2, list = pcall(options.run, { "true" }, { network_allowlist = r.network_allowlist,
+      network_mode = "allowlist" }, view)
+    if not ok2 then hooks.malformed(gen, "on_run", errors.is(list) and list.message or tostring(list)) end
+    o.network_allowlist = list.network_allowlist
+  end
+  if o.network_mode ~= "allowlist" then o.network_allowlist = nil end
+  return M.run_allowlist(gen, st, o)
+end
+
+-- A run's own allow-list must lie within its session's (sbx.policy.narrow);
+-- in an open session any list is narrower than the session's ceiling.
+function M.run_allowlist(gen, st, o)
+  if o.network_allowlist and st.network_mode ~= "open" then
+    narrow.check(gen, st.network_allowlist or gen.network.allowlist, o.network_allowlist)
+  end
   return o
 end
 

@@ -144,6 +144,43 @@ local function filesystem(gen, req, host)
   end
 end
 
+-- ---- secrets ----
+
+-- A secret's host (a name or *.domain) within a policy pattern (the same).
+local function host_within(h, pat)
+  h, pat = h:lower(), pat:lower()
+  if h == pat then return true end
+  local suffix = pat:match("^%*(%..+)$")
+  return suffix ~= nil and #h > #suffix and h:sub(-#suffix) == suffix
+end
+
+-- req.secrets here is what policies see of them: NAME = { hosts, header }
+-- (sbx.secrets.public), never a value.
+local function secrets_rules(gen, req)
+  local rules, sec = gen.secrets, type(req.secrets) == "table" and req.secrets or {}
+  if not rules then return end
+  if next(sec) ~= nil and not rules.allow then
+    deny(gen, "secrets.allow", "this policy does not allow secrets")
+  end
+  for _, name in ipairs(rules.require) do
+    if sec[name] == nil then
+      deny(gen, "secrets.require", ("the session must carry the secret %s"):format(name))
+    end
+  end
+  if rules.hosts then
+    for name, s in pairs(sec) do
+      for _, h in ipairs(type(s) == "table" and type(s.hosts) == "table" and s.hosts or {}) do
+        local ok = false
+        for _, pat in ipairs(rules.hosts) do ok = ok or (type(h) == "string" and host_within(h, pat)) end
+        if not ok then
+          deny(gen, "secrets.hosts", ("secret %s: host %s is not within secrets.hosts (%s)")
+            :format(name, tostring(h), table.concat(rules.hosts, ", ")))
+        end
+      end
+    end
+  end
+end
+
 -- ---- session ceilings ----
 
 -- Numeric ceilings a session request is checked against: request key,
@@ -195,6 +232,7 @@ function M.session(gen, req, host)
       :format(req.network_mode, c.network_mode), true)
   end
   numeric(gen, req, 1, 2)
+  secrets_rules(gen, req)
   if host then filesystem(gen, req, host) end
   numeric(gen, req, 3, #SESSION_CEILINGS)
   for _, pair in ipairs { { "read_only_paths", "allow_ro" }, { "read_write_paths", "allow_rw" } } do

@@ -15,6 +15,7 @@ local hooks = require "sbx.policy.hooks"
 local ceilings = require "sbx.policy.ceilings"
 local admit = require "sbx.policy.admit"
 local describe = require "sbx.policy.describe"
+local venv = require "sbx.venv"
 
 local M = {}
 
@@ -99,7 +100,8 @@ function Engine:session_open(req, ctx, gen, host)
   if type(req) ~= "table" then
     errors.raise(errors.InvalidArgument("req", "a table of session options expected"))
   end
-  req = ceilings.session(gen, sandbox.data_copy(req), host)
+  -- A python_venv is judged as the read-only bind it becomes (sbx.venv).
+  req = ceilings.session(gen, venv.request(sandbox.data_copy(req)), host)
   if gen.hooks.on_session_open then
     local verdict, r = hooks.call(gen, "on_session_open", true, sandbox.data_copy(req), hooks.ctx(gen, ctx))
     if verdict == "adjust" then
@@ -110,7 +112,7 @@ function Engine:session_open(req, ctx, gen, host)
           hooks.malformed(gen, "on_session_open", "unknown field " .. tostring(k))
         end
       end
-      local ok, checked = pcall(ceilings.session, gen, sandbox.data_copy(r), host)
+      local ok, checked = pcall(ceilings.session, gen, venv.request(sandbox.data_copy(r)), host)
       if not ok then
         -- A path the hook returned that does not exist: the hook's fault.
         if errors.is(checked, "InvalidArgument") then hooks.malformed(gen, "on_session_open", checked.message) end

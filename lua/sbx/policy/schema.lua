@@ -57,6 +57,31 @@ local BUILTIN = {
     clamp = false,
   },
   system_ro = { "/usr", "/bin", "/lib", "/lib64", "/sbin" },
+  -- As default.lua's: a policy that sets other fields but leaves these out
+  -- keeps them (merged per field, as policies/README.md says).
+  etc = {
+    "alternatives", "ca-certificates", "ssl", "ld.so.cache", "ld.so.conf", "ld.so.conf.d",
+    "nsswitch.conf", "localtime", "mime.types", "protocols", "services", "host.conf",
+    "gai.conf", "os-release", "debian_version", "python3", "python3.11", "bash.bashrc",
+    "profile", "inputrc",
+  },
+  forbidden = {
+    "/", "/proc", "/sys", "/dev", "/home", "/root", "/etc", "/var/run/docker.sock",
+    "/run", "/boot", "/var/lib/sbx",
+  },
+}
+
+-- The fields of each section (issue 17): a nested typo such as
+-- ceilings.memroy_mb fails the load, as an unknown top-level field does.
+M.SECTION_FIELDS = {
+  defaults = { "backend", "network_mode", "session_timeout_s", "run_timeout_s", "max_file_bytes",
+    "hostname", "tmp_bytes", "shm_bytes", "env" },
+  ceilings = { "backends", "network_mode", "max_session_timeout_s", "max_run_timeout_s",
+    "max_file_bytes", "memory_mb", "cpu_milli", "pids", "disk_mb", "gpus", "gpu_shared", "shm_mb",
+    "nofile", "clamp" },
+  filesystem = { "system_ro", "etc", "forbidden", "allow_ro", "allow_rw", "gpu_paths" },
+  network = { "denylist", "allowlist" },
+  limits = { "hook_instructions", "hook_ms", "hook_memory_mb" },
 }
 
 -- load_denied(path, cause) -> the PolicyDenied of a policy that does not load.
@@ -137,6 +162,16 @@ local function check_etc(v, path)
   return out
 end
 
+-- Every key of section t is one of M.SECTION_FIELDS[section].
+local function check_fields(t, path, section)
+  local known = {}
+  for _, k in ipairs(M.SECTION_FIELDS[section]) do known[k] = true end
+  for k in pairs(t) do
+    check(known[k], path, ("unknown field %s.%s (a typo? known: %s)"):format(section, tostring(k),
+      table.concat(M.SECTION_FIELDS[section], ", ")))
+  end
+end
+
 local function number_field(t, key, path, section, min)
   local v = t[key]
   check(v == nil or (type(v) == "number" and v == v and v >= (min or 0)), path,
@@ -146,6 +181,7 @@ end
 
 local function merge_defaults(raw, path)
   local d = check_table(raw.defaults, path, "defaults")
+  check_fields(d, path, "defaults")
   local out = copy(BUILTIN.defaults)
   for k, v in pairs(d) do out[k] = v end
   for _, k in ipairs { "backend", "network_mode", "hostname" } do
@@ -172,6 +208,7 @@ end
 
 local function merge_ceilings(raw, path)
   local c = check_table(raw.ceilings, path, "ceilings")
+  check_fields(c, path, "ceilings")
   local out = copy(BUILTIN.ceilings)
   for k, v in pairs(c) do out[k] = copy(v) end
   out.backends = check_strlist(out.backends, path, "ceilings.backends")
@@ -231,7 +268,8 @@ end
 -- source: the file's text, so that an error can name its line.
 local function normalize(raw, path)
   local fs = check_table(raw.filesystem, path, "filesystem")
-  local forbidden = check_abs_paths(fs.forbidden or {}, path, "filesystem.forbidden")
+  check_fields(fs, path, "filesystem")
+  local forbidden = check_abs_paths(fs.forbidden or BUILTIN.forbidden, path, "filesystem.forbidden")
   local seen = {}
   for _, p in ipairs(forbidden) do seen[p] = true end
   for _, p in ipairs(M.HARD_FORBIDDEN) do
@@ -239,6 +277,7 @@ local function normalize(raw, path)
   end
   local seccomp = check_seccomp(raw.seccomp, path)
   local network = check_table(raw.network, path, "network")
+  check_fields(network, path, "network")
   local denylist = check_strlist(network.denylist or presets.CLOUD_METADATA_DENY, path, "network.denylist")
   local ok, err = pcall(match.compile, denylist, "network.denylist")
   check(ok, path, tostring(err))
@@ -248,7 +287,21 @@ local function normalize(raw, path)
     ok, err = pcall(match.compile, allowlist, "network.allowlist")
     check(ok, path, tostring(err))
   end
+  -- secrets: allow (default true), require = { NAME, ... }, hosts = { pattern, ... }
+  local sec = check_table(raw.secrets, path, "secrets")
+  for k in pairs(sec) do
+    check(k == "allow" or k == "require" or k == "hosts", path,
+      ("unknown field secrets.%s (known: allow, require, hosts)"):format(tostring(k)))
+  end
+  check(sec.allow == nil or type(sec.allow) == "boolean", path, "secrets.allow must be a boolean")
+  local secrets = {
+    allow = sec.allow ~= false,
+    require = sec.require and check_strlist(sec.require, path, "secrets.require") or {},
+    hosts = sec.hosts and check_strlist(sec.hosts, path, "secrets.hosts") or nil,
+  }
+  check(secrets.allow or #secrets.require == 0, path, "secrets.require needs secrets.allow")
   local limits = check_table(raw.limits, path, "limits")
+  check_fields(limits, path, "limits")
   local lim = {
     instructions = limits.hook_instructions or sandbox.HOOK_INSTRUCTIONS,
     ms = limits.hook_ms or sandbox.HOOK_MS,
@@ -269,10 +322,10 @@ local function normalize(raw, path)
     hooks[h] = raw[h]
   end
   local known = { name = 1, defaults = 1, ceilings = 1, filesystem = 1, seccomp = 1, network = 1,
-    limits = 1, reapply = 1, on_session_open = 1, on_run = 1, on_connect = 1, on_close = 1 }
+    secrets = 1, limits = 1, reapply = 1, on_session_open = 1, on_run = 1, on_connect = 1, on_close = 1 }
   for k in pairs(raw) do
     check(known[k] ~= nil, path, ("unknown field %s (a typo? known: name, defaults, ceilings, "
-      .. "filesystem, seccomp, network, limits, reapply, on_session_open, on_run, on_connect, "
+      .. "filesystem, seccomp, network, secrets, limits, reapply, on_session_open, on_run, on_connect, "
       .. "on_close)"):format(tostring(k)))
   end
   local p = {
@@ -282,13 +335,14 @@ local function normalize(raw, path)
     ceilings = merge_ceilings(raw, path),
     filesystem = {
       system_ro = check_abs_paths(fs.system_ro or BUILTIN.system_ro, path, "filesystem.system_ro"),
-      etc = check_etc(fs.etc or {}, path),
+      etc = check_etc(fs.etc or BUILTIN.etc, path),
       forbidden = forbidden,
       allow_ro = opt_prefixes(fs.allow_ro, path, "filesystem.allow_ro"),
       allow_rw = opt_prefixes(fs.allow_rw, path, "filesystem.allow_rw"),
     },
     seccomp = seccomp,
     network = { denylist = denylist, allowlist = allowlist },
+    secrets = secrets,
     limits = lim,
     reapply = raw.reapply == true,
     hooks = hooks,

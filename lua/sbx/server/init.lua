@@ -80,13 +80,17 @@ local M = {}
 
 local cfg = {}
 local sessions = {}      -- id -> record
+-- Sessions closed lately (issue 17): id -> { tenant, ref_token, name, why },
+-- so their owner and reference holders get 410 SessionClosed, not 404 /
+-- 401.  Bounded: the oldest of CLOSED_KEEP is forgotten first (then 404).
+local closed, closed_order, closed_head = {}, {}, 0
+local CLOSED_KEEP = 4096
 local tenants = {}       -- tenant -> { sessions = n, runs = n }
 local px_host -- sbx.server.proxyhost: serves allowlist sessions' proxies on our loop
 
 -- Session options a remote client may not set: they name host paths or
 -- files of the server (the policy is the server's).
-local SERVER_ONLY = { policy = true, work_dir = true, state_dir = true, warm_runs = true, warm_idle_s = true,
-  proxy_host = true }
+local SERVER_ONLY = options.SERVER_KEYS
 
 local ARRAY = { __array = true }
 local function array(t) return setmetatable(t, ARRAY) end
@@ -156,11 +160,33 @@ local function tenant_rec(t)
   return r
 end
 
+-- The node's IP address (issue 17, the reference's `ip`): SBX_POD_IP
+-- (a Kubernetes downward-API env), else the endpoint's host when it is an
+-- IP literal; nil for a DNS name or a unix socket.
+local function endpoint_ip(endpoint)
+  local env = os.getenv("SBX_POD_IP")
+  if env and env ~= "" then return env end
+  if type(endpoint) ~= "string" then return nil end
+  local v6 = endpoint:match("^https?://%[([%x:%.]+)%]")
+  if v6 then return v6 end
+  local v4 = endpoint:match("^https?://(%d+%.%d+%.%d+%.%d+)[:/]?")
+  if v4 and v4 ~= "0.0.0.0" then return v4 end
+  if endpoint:match("^https?://localhost[:/]?") or endpoint:match("^https?://localhost$") then
+    return "127.0.0.1"
+  end
+  return nil
+end
+
 local function describe(rec, owner, req)
   local s = rec.s
+  local pid = node.public_id(s.id, cfg.advertise)
+  local endpoint = cfg.advertise or (req and req.endpoint) or cfg.endpoint
   local d = {
-    id = node.public_id(s.id, cfg.advertise), name = s.name, created_at = s.created_at, backend = s.backend,
-    endpoint = cfg.advertise or (req and req.endpoint) or cfg.endpoint, is_owner = owner, timeout_s = rec.timeout_s,
+    id = pid, name = s.name, created_at = s.created_at, backend = s.backend,
+    endpoint = endpoint, is_owner = owner, timeout_s = rec.timeout_s,
+    -- Where the session can be inspected (GET answers this record), and
+    -- the node's address.
+    url = endpoint and (endpoint .. "/v1/sessions/" .. pid) or nil, ip = endpoint_ip(endpoint),
     runs_active = rec.runs,
     -- What a client needs to chunk uploads: no file over max_file_bytes,
     -- no request body over max_body_bytes (sbxd's --max-body).
@@ -172,10 +198,16 @@ end
 
 -- The session record the caller may touch, or nil and an answer.
 -- owner_only: reference tokens get 403.
+local function closed_answer(c)
+  return fail(410, "SessionClosed", ("session %s was closed (%s)"):format(c.name, c.why), { why = c.why })
+end
+
 local function lookup_rec(req, id, owner_only)
   local rec = sessions[id]
   if req.tenant then
     if not rec or rec.tenant ~= req.tenant then
+      local c = closed[id]
+      if c and c.tenant == req.tenant then return nil, closed_answer(c) end
       return nil, fail(404, "NotFound", ("no session %s"):format(id))
     end
     return rec, nil, true
@@ -184,6 +216,9 @@ local function lookup_rec(req, id, owner_only)
   local tid = type(req.ref_token) == "string" and req.ref_token:match("^sbxr_(%x+)_%x+$")
   local trec = tid and sessions[tid]
   if not trec or not ct_equal(req.ref_token, trec.ref_token) then
+    -- The token of a session closed lately: that session is closed.
+    local c = tid and closed[tid]
+    if c and ct_equal(req.ref_token, c.ref_token) and tid == id then return nil, closed_answer(c) end
     return nil, fail(401, "Unauthorized", "unknown token")
   end
   if tid ~= id then return nil, fail(404, "NotFound", ("no session %s"):format(id)) end
@@ -199,15 +234,50 @@ local function lookup(req, id, owner_only)
   return rec, err, owner
 end
 
+-- Remember a closed session (the ring drops the oldest past CLOSED_KEEP).
+local function remember_closed(rec, why)
+  local id = rec.s.id
+  closed_head = closed_head % CLOSED_KEEP + 1
+  local old = closed_order[closed_head]
+  if old then closed[old] = nil end
+  closed_order[closed_head] = id
+  closed[id] = { tenant = rec.tenant, ref_token = rec.ref_token, name = rec.s.name, why = why }
+end
+
 local function close_rec(rec, why)
   if rec.closed then return end
   rec.closed = true
   sessions[rec.s.id] = nil
+  remember_closed(rec, why)
   local t = tenant_rec(rec.tenant)
   t.sessions = t.sessions - 1
   local ok, e = pcall(rec.s.close, rec.s)
-  io.stderr:write(("ts=- level=info event=session_close session=%s tenant=%s why=%s%s\n"):format(
+  cfg.log("info", ("event=session_close session=%s tenant=%s why=%s%s"):format(
     rec.s.id, rec.tenant, why, ok and "" or (" err=%q"):format(tostring(e))))
+end
+
+local opening_names = {} -- tenant .. "\0" .. name -> true while that open waits
+
+local function session_named(tenant, name)
+  for _, rec in pairs(sessions) do
+    if rec.tenant == tenant and rec.s.name == name then return rec end
+  end
+  return nil
+end
+
+local function unescape(v)
+  return (v:gsub("%+", " "):gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+-- GET /v1/sessions[?name=NAME]: the query's one parameter, or nil, answer.
+local function list_filter(query)
+  if query == nil or query == "" then return {} end
+  local k, v = query:match("^([^=&]+)=([^&]*)$")
+  if k ~= "name" then
+    return nil, from_error(errors.InvalidArgument(k or "query",
+      "the only query parameter of GET /v1/sessions is name=NAME, given once"))
+  end
+  return { name = unescape(v) }
 end
 
 local function create_session(req)
@@ -231,6 +301,13 @@ local function create_session(req)
   if t.sessions >= cfg.max_sessions then
     return answer.too_many("open sessions of tenant " .. req.tenant, cfg.max_sessions)
   end
+  -- A name finds its session (GET /v1/sessions?name=): one open session
+  -- per name and tenant, counting opens still setting up.
+  local name_key = type(body.name) == "string" and (req.tenant .. "\0" .. body.name) or nil
+  if name_key and (opening_names[name_key] or session_named(req.tenant, body.name)) then
+    return from_error(errors.InvalidArgument("name",
+      ("%q already names an open session of this tenant"):format(body.name)))
+  end
   local opts = {}
   for k, v in pairs(body) do opts[k] = v end
   opts.policy = cfg.engine
@@ -242,7 +319,9 @@ local function create_session(req)
   -- The slot is taken before the open waits: opens of one tenant that
   -- wait together must not all pass the check above.
   t.sessions = t.sessions + 1
+  if name_key then opening_names[name_key] = true end
   local ok, s = pcall(session.open, opts)
+  if name_key then opening_names[name_key] = nil end
   if not ok then
     t.sessions = t.sessions - 1
     return from_error(s)
@@ -260,9 +339,13 @@ end
 
 local function list_sessions(req)
   if not req.tenant then return fail(403, "Forbidden", "a session reference cannot list sessions") end
+  local want, err = list_filter(req.query)
+  if not want then return err end
   local out = array {}
   for _, rec in pairs(sessions) do
-    if rec.tenant == req.tenant then out[#out + 1] = describe(rec, true, req) end
+    if rec.tenant == req.tenant and (want.name == nil or rec.s.name == want.name) then
+      out[#out + 1] = describe(rec, true, req)
+    end
   end
   table.sort(out, function(a, b) return a.id < b.id end)
   return reply(200, { sessions = out })
@@ -326,6 +409,7 @@ local function start_run(req, rec)
   -- An interactive run (live stdin or a pty) is named, so that the
   -- control routes (sbx.server.runcontrol) can reach it while its output streams.
   local run_id = o.stdin_live and random_hex(16) or nil
+  local release -- a run with its own allow-list: its proxy listener goes at the end
   return { stream = {
     backend = s.backend,
     session_id = s.id,
@@ -333,6 +417,7 @@ local function start_run(req, rec)
     run_id = run_id,
     start = function()
       local r, err = s:start_run(o)
+      if r then release = err err = nil end
       if r and run_id then
         rec.live = rec.live or {}
         rec.live[run_id] = { run = r, offset = 0, pty = o.pty_rows ~= nil }
@@ -342,6 +427,7 @@ local function start_run(req, rec)
     finish = function()
       if finished then return end
       finished = true
+      if release then release() end
       if run_id and rec.live then rec.live[run_id] = nil end
       rec.last_ms = now_ms()
       t.runs = t.runs - 1
@@ -409,6 +495,11 @@ function M.handle(req)
     if method ~= "GET" and method ~= "DELETE" then return fail(405, "MethodNotAllowed", method .. " " .. path) end
     local rec, err, owner = lookup(req, id, method == "DELETE")
     if not rec then return err end
+    -- Past its timeout_s a session is over at once (its runs may still be
+    -- in their grace; tick() closes it once they are done).
+    if method == "GET" and not rec.s:alive() then
+      return fail(410, "SessionClosed", ("session %s has ended: its lifetime has passed"):format(rec.s.name))
+    end
     if method == "GET" then return reply(200, describe(rec, owner, req)) end
     close_rec(rec, "deleted")
     return reply(200, { id = pid, closed = true }, { log = "session=" .. id })
@@ -473,6 +564,11 @@ function M.init(c)
     cfg.advertise = url
   end
   cfg.admin_tenant = c.admin_tenant
+  -- sbxd's log (src/server/log.c: real ts=, --log-level); a plain line
+  -- when the server is driven without it (specs).
+  cfg.log = c.log or function(level, text)
+    io.stderr:write(("ts=%s level=%s %s\n"):format(os.date("!%Y-%m-%dT%H:%M:%SZ"), level, text))
+  end
   cfg.max_body = c.max_body
   cfg.file_append = c.file_append
   cfg.file_io = c.file_io
@@ -522,7 +618,7 @@ function M.stats()
     proxy_accepted = px.accepted or 0, proxy_allowed = px.allowed or 0,
     proxy_refused = px.refused or 0, proxy_failed = px.failed or 0, proxy_active = px.active or 0,
     proxy_bytes_up = px.bytes_up or 0, proxy_bytes_down = px.bytes_down or 0,
-    proxy_lua_calls = px.lua_calls or 0 }
+    proxy_lua_calls = px.lua_calls or 0, proxy_intercepted = px.intercepted or 0 }
 end
 
 function M.shutdown()

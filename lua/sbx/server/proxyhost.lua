@@ -25,9 +25,13 @@ function M.new(cfg, ensure_loaded)
   local proxy_routes = {}
   local pending_verdicts = {} -- worker message id -> proxy ticket
   local host = {
-    add = function(_, fd, id, decide, info)
+    add = function(_, fd, id, decide, info, secrets)
       local ok, kind, msg = cfg.proxy:add(fd, id)
-      if not ok then errors.raise(errors.from_core(kind, msg)) end
+      if ok and secrets then ok, kind, msg = cfg.proxy:secrets(id, secrets) end
+      if not ok then
+        cfg.proxy:remove(id)
+        errors.raise(errors.from_core(kind, msg))
+      end
       proxy_routes[id] = { decide = decide, info = info }
     end,
     remove = function(_, id)
@@ -55,7 +59,7 @@ function M.new(cfg, ensure_loaded)
   -- verdict per question, in order.  A question whose decide fails is
   -- refused on its own, the others still get theirs.
   local function proxy_batch(queries, logs)
-    for _, line in ipairs(logs) do io.stderr:write("ts=- level=info event=proxy ", line, "\n") end
+    for _, line in ipairs(logs) do cfg.log("info", "event=proxy " .. line) end
     local verdicts = {}
     for i, q in ipairs(queries) do
       local ok, v = pcall(proxy_decide, q)

@@ -1,0 +1,226 @@
+-- limits_bench.lua: issue 18's figures of the run and open paths, each next
+-- to the physical limit it is measured against, in the same run, as ratios
+-- (make bench).  On a shared, noisy machine a figure and its limit are
+-- measured in alternating rounds, and each is the median of its rounds'
+-- p50s: what the machine's load does to one round it does to its limit's
+-- round next to it.
+--
+--   exec /bin/true p50 (userns)         vs bare fork+exec (sbx-bench-peer)
+--   exec p50 with memory/cpu/pids       vs the same session without ceilings
+--   session open + close (blocked)      vs unshare -Umnpif --mount-proc /bin/true
+--   session open, network "open"        vs the same namespaces without the network
+--   20 sessions opened at once (total)  vs one open alone
+--
+-- usage: sbxlua tests/bench/limits_bench.lua --peer PATH [-r ROUNDS] [-n RUNS]
+
+local sbx = require "sbx"
+local clock = require "sbx.clock"
+local ffi = require "ffi"
+
+local rounds, n, peer = 5, 300, nil
+do
+  local i = 1
+  while i <= #arg do
+    if arg[i] == "-r" then rounds = tonumber(arg[i + 1]); i = i + 1
+    elseif arg[i] == "-n" then n = tonumber(arg[i + 1]); i = i + 1
+    elseif arg[i] == "--peer" then peer = arg[i + 1]; i = i + 1
+    else io.stderr:write("limits_bench: unknown argument ", arg[i], "\n"); os.exit(2) end
+    i = i + 1
+  end
+  assert(peer and rounds and rounds >= 1 and n and n >= 1, "--peer PATH required; -r and -n take numbers")
+end
+
+local function now_ms() return clock.now_ns() / 1e6 end
+
+local function median(t)
+  local s = {}
+  for i, v in ipairs(t) do s[i] = v end
+  table.sort(s)
+  return s[math.max(1, math.ceil(#s / 2))]
+end
+
+local function shell_quote(s) return "'" .. s:gsub("'", "'\\''") .. "'" end
+
+-- p50 of argv run count times by sbx-bench-peer, or nil and why.
+local function peer_p50(argv, count)
+  local cmd = { shell_quote(peer), "-q", "-n", count, "-w", 5, "--" }
+  for _, a in ipairs(argv) do cmd[#cmd + 1] = shell_quote(a) end
+  local f = assert(io.popen(table.concat(cmd, " ") .. " 2>&1"))
+  local out = f:read("*a")
+  f:close()
+  local p50 = out:match("p50=([%d.]+)")
+  if not p50 then return nil, (out:gsub("%s+$", "")) end
+  return tonumber(p50)
+end
+
+local function exec_p50(s, count)
+  local t = {}
+  for i = 1, count do
+    local t0 = now_ms()
+    local r = s:exec("/bin/true")
+    t[i] = now_ms() - t0
+    assert(r.returncode == 0, "/bin/true returned " .. tostring(r.returncode))
+  end
+  return median(t)
+end
+
+local rows = {}
+local function row(figure, value, limit_name, limit, goal_desc, pass, unit)
+  rows[#rows + 1] = { figure = figure, value = value, limit_name = limit_name, limit = limit,
+    goal = goal_desc, pass = pass, unit = unit or "ms" }
+end
+
+-- 1. exec /bin/true in an open userns session vs bare fork+exec.
+do
+  local s = sbx.session { backend = "userns" }
+  exec_p50(s, 30)
+  local a, b = {}, {}
+  for r = 1, rounds do
+    a[r] = exec_p50(s, n)
+    b[r] = assert(peer_p50({ "/bin/true" }, n))
+  end
+  s:close()
+  local ratio = median(a) / median(b)
+  row("exec /bin/true p50 (userns)", median(a), "fork+exec", median(b), "<= 1.25x", ratio <= 1.25)
+end
+
+-- 2. The same with memory/CPU/pids ceilings vs a session without, both
+-- open at once, alternating.
+do
+  local plain = sbx.session { backend = "userns" }
+  local ok, capped = pcall(sbx.session, { backend = "userns", memory_mb = 512, cpu_milli = 2000, pids = 256 })
+  if ok then
+    exec_p50(plain, 30)
+    exec_p50(capped, 30)
+    local a, b = {}, {}
+    for r = 1, rounds do
+      a[r] = exec_p50(capped, n)
+      b[r] = exec_p50(plain, n)
+    end
+    capped:close()
+    local ratio = median(a) / median(b)
+    row("exec p50, memory/cpu/pids ceilings", median(a), "no ceilings", median(b), "<= 1.15x", ratio <= 1.15)
+  else
+    rows[#rows + 1] = { figure = "exec p50, memory/cpu/pids ceilings", why = tostring(capped.message or capped) }
+  end
+  plain:close()
+end
+
+-- Open (and close) times of count sessions with opts, one after another.
+local function opens(opts, count)
+  local o, c = {}, {}
+  for i = 1, count do
+    local t0 = now_ms()
+    local s = sbx.session(opts)
+    local t1 = now_ms()
+    s:close()
+    o[i], c[i] = t1 - t0, now_ms() - t0
+  end
+  return median(o), median(c)
+end
+
+-- 3. Session open + close (userns, blocked) vs unshare of the same
+-- namespaces running /bin/true.
+do
+  opens({ backend = "userns" }, 3)
+  local a, b = {}, {}
+  for r = 1, rounds do
+    a[r] = select(2, opens({ backend = "userns" }, 10))
+    b[r] = peer_p50({ "unshare", "-Umnpif", "--mount-proc", "/bin/true" }, 20)
+  end
+  if b[1] then
+    row("session open+close (userns, blocked)", median(a), "unshare -Umnpif", median(b), "<= 2 ms",
+      median(a) <= 2)
+  else
+    row("session open+close (userns, blocked)", median(a), "unshare -Umnpif", 0 / 0, "<= 2 ms", median(a) <= 2)
+  end
+end
+
+-- 4. Session open with network "open" (nft + pasta) vs the same
+-- namespaces without the network (blocked), alternating.
+do
+  local ok, err = pcall(opens, { backend = "userns", network_mode = "open" }, 1)
+  if ok then
+    local a, b = {}, {}
+    for r = 1, rounds do
+      a[r] = opens({ backend = "userns", network_mode = "open" }, 4)
+      b[r] = opens({ backend = "userns" }, 4)
+    end
+    row("session open, network open", median(a), "blocked", median(b), "<= 15 ms", median(a) <= 15)
+  else
+    rows[#rows + 1] = { figure = "session open, network open",
+      why = tostring(type(err) == "table" and err.message or err) }
+  end
+end
+
+-- 5. 20 sessions opened at once (sbx.session's wait hook, as sbxd opens
+-- them: each start, then its ready fd polled with the others') vs one
+-- open alone.
+ffi.cdef [[
+struct sbx_bench_pollfd { int fd; short events; short revents; };
+int poll(struct sbx_bench_pollfd *fds, unsigned long nfds, int timeout);
+]]
+local function open_at_once(count)
+  local cos, want, done, sessions = {}, {}, 0, {}
+  for i = 1, count do
+    cos[i] = coroutine.create(function()
+      sessions[i] = sbx.session { backend = "userns",
+        wait = function(fd, deadline) return coroutine.yield(fd, deadline) end }
+    end)
+  end
+  local t0 = now_ms()
+  local function step(i, ...)
+    local ok, fd = coroutine.resume(cos[i], ...)
+    if not ok then error(fd) end
+    if coroutine.status(cos[i]) == "dead" then done = done + 1; want[i] = nil
+    else want[i] = fd or false end
+  end
+  for i = 1, count do step(i) end
+  while done < count do
+    local idx, fds = {}, ffi.new("struct sbx_bench_pollfd[?]", count)
+    local turn = {}
+    for i, fd in pairs(want) do
+      if fd == false then turn[#turn + 1] = i
+      else
+        fds[#idx].fd, fds[#idx].events = fd, 1 -- POLLIN
+        idx[#idx + 1] = i
+      end
+    end
+    for _, i in ipairs(turn) do step(i, true) end
+    if #idx > 0 then
+      local r = ffi.C.poll(fds, #idx, #turn > 0 and 0 or 10000)
+      assert(r >= 0, "poll failed")
+      for k = 1, #idx do
+        if fds[k - 1].revents ~= 0 then step(idx[k], true) end
+      end
+    end
+  end
+  local total = now_ms() - t0
+  for _, s in ipairs(sessions) do s:close() end
+  return total
+end
+do
+  open_at_once(2)
+  local a, b = {}, {}
+  for r = 1, rounds do
+    a[r] = open_at_once(20)
+    b[r] = opens({ backend = "userns" }, 10)
+  end
+  local ratio = median(a) / median(b)
+  row("20 sessions opened at once, total", median(a), "one open", median(b), "<= 5x", ratio <= 5)
+end
+
+local f = io.open("/proc/loadavg")
+local load = f and f:read("*l"):match("^(%S+ %S+ %S+)") or "?"
+if f then f:close() end
+print(("== issue 18: figures against their limits, same run (median of %d rounds' p50s; load average %s)")
+  :format(rounds, load))
+print(("%-38s %10s  %-18s %10s %8s  %-9s"):format("figure", "sbx", "limit", "limit", "ratio", "goal"))
+for _, r in ipairs(rows) do
+  if r.why then
+    print(("%-38s unavailable: %s"):format(r.figure, r.why:sub(1, 100)))
+  else
+    print(("%-38s %7.2f %s  %-18s %7.2f %s %7.2fx  %-9s %s"):format(r.figure, r.value, r.unit, r.limit_name,
+      r.limit, r.unit, r.value / r.limit, r.goal, r.pass and "PASS" or "MISS"))
+  end
+end
