@@ -42,6 +42,7 @@ M.SESSION_KEYS = {
   "timeout_s", "timeout_grace_s", "policy", "name", "env", "max_file_bytes", "state_dir", "warm_runs", "ca_certs",
   "venv", "python_venv", -- the session venv (sbx.venv)
   "secrets",
+  "warm_idle_s",
   "proxy_host", -- who serves an allowlist session's proxy (sbxd: its event loop); see sbx.session
   -- A host with an event loop (sbxd): wait(fd, deadline_ms) waits for fd to be
   -- readable without blocking the loop (fd nil: lets the loop have a turn); caller = { origin, tenant } is what the
@@ -53,7 +54,8 @@ M.SESSION_KEYS = {
 -- (a remote client giving one gets 400; sbx.server reads this list), so an
 -- unknown-option error of a remote open does not offer them.
 M.INTERNAL_KEYS = { proxy_host = true, wait = true, caller = true }
-M.SERVER_KEYS = { policy = true, work_dir = true, state_dir = true, warm_runs = true, proxy_host = true }
+M.SERVER_KEYS = { policy = true, work_dir = true, state_dir = true, warm_runs = true, warm_idle_s = true,
+  proxy_host = true }
 -- The reference product's names for options sbx spells otherwise: an
 -- unknown-option error names the sbx one, so a port of its examples is
 -- one read away from working.
@@ -352,6 +354,11 @@ function M.session(opts, pol)
   if opts.warm_runs ~= nil then
     o.warm_runs = check_integer("warm_runs", opts.warm_runs, 1)
     if o.warm_runs > 64 then invalid("warm_runs", "at most 64, got %d", o.warm_runs) end
+  end
+  -- How long an unused warm run stays before it ends (default 10 s).
+  if opts.warm_idle_s ~= nil then
+    o.warm_idle_s = check_number("warm_idle_s", opts.warm_idle_s, 0)
+    if o.warm_idle_s > 4294967 then invalid("warm_idle_s", "at most 4294967, got %s", o.warm_idle_s) end
   end
   if o.memory_mb and o.memory_mb < 16 then
     invalid("memory_mb", "at least 16 MiB (a sandbox needs some memory to start), got %d", o.memory_mb)

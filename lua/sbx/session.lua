@@ -249,6 +249,7 @@ function M.open(opts)
     lifetime_ms = o.lifetime_ms,
     expire_grace_ms = o.expire_grace_ms,
     warm_runs = o.warm_runs,
+    warm_idle_ms = o.warm_idle_s and math.ceil(o.warm_idle_s * 1000) or nil,
     network_mode = o.network_mode,
     proxy_port = options.PROXY_PORT,
     open_deny = o.network_mode == "open" and options.open_deny(o.network_denylist) or nil,

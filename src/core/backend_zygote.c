@@ -178,6 +178,9 @@ static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, co
 	cfg.expire_at_ms = s->expire_at_ms;
 	cfg.expire_grace_ms = s->expire_grace_ms;
 	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
+	cfg.idle_ms = !o->warm_idle_ms		      ? SBX_WARM_IDLE_MS
+		      : o->warm_idle_ms == UINT32_MAX ? 0
+						      : o->warm_idle_ms;
 	cfg.uid = s->inside_uid;
 	cfg.gid = s->inside_gid;
 	cfg.nofile = sbx_session_run_nofile(o);

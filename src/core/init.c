@@ -217,14 +217,33 @@ static int send_started(int sock, const struct sbx_proto_run *req, int status_fd
 	return sendmsg(sock, &mh, MSG_NOSIGNAL) == sizeof(st) ? 0 : -1;
 }
 
-/* Wait for the host's request on sock (the socket the host was offered). */
-static void recv_request(int sock, struct sbx_proto_run *req, char *payload, int fds[4])
+/*
+ * Wait for the host's request on sock (the socket the host was offered).
+ * An idle run expires after idle_ms without one (0: never), so an idle
+ * session keeps only its zygote (which offers a fresh run when the host
+ * asks).  Expiring is atomic against the host: shutdown makes every later
+ * send fail with EPIPE (the host then takes another run; an offer with
+ * POLLHUP it drops unsent: session.c), and a request that came before it
+ * is still queued and served.  A run that expired this way cannot be
+ * reused: its next workload's "r" fails.  The wait stays in recvmsg (a
+ * receive timeout, not poll), where reuse_spec looks for a ready workload.
+ */
+static void recv_request(int sock, uint32_t idle_ms, struct sbx_proto_run *req, char *payload,
+			 int fds[4])
 {
 	int rc;
+
+	if (idle_ms) {
+		struct timeval tv = {(time_t)(idle_ms / 1000),
+				     (suseconds_t)(idle_ms % 1000) * 1000};
+		if (setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+			idle_ms = 0;
+	}
 	while ((rc = sbx_proto_recv_run(sock, req, payload, fds)) == 2)
-		;
+		if (idle_ms && (errno == EAGAIN || errno == EWOULDBLOCK))
+			shutdown(sock, SHUT_RDWR);
 	if (rc != 0)
-		_exit(0); /* the host dropped the offer */
+		_exit(0); /* the host dropped the offer, or it expired */
 }
 
 /*
@@ -271,7 +290,7 @@ static __attribute__((noreturn)) void workload(const struct sbx_zygote_cfg *cfg,
 	 * sends the request: a fresh init's workload says it exists ("w"). */
 	if (!say_ready && cfg->memory_limited && send(hsock, "w", 1, MSG_NOSIGNAL) != 1)
 		_exit(0);
-	recv_request(hsock, &req, payload, fds);
+	recv_request(hsock, cfg->idle_ms, &req, payload, fds);
 	int status_fd = fds[3];
 	if (what) {
 		/* Never run a command with privileges we failed to drop. */
@@ -498,14 +517,15 @@ static bool from_host(const struct sbx_zygote_cfg *cfg, const struct signalfd_si
 	       (si->ssi_pid == 0 || cfg->none);
 }
 
-/* No run can start here: say why to whoever sends the request, and end. */
+/* No run can start here: say why to whoever sends the request (however
+ * long that takes: the host must hear why), and end. */
 static __attribute__((noreturn)) void refuse(int hsock, const char *why)
 {
 	static char payload[SBX_PROTO_MAX_PAYLOAD];
 	struct sbx_proto_run req;
 	int fds[4];
 
-	recv_request(hsock, &req, payload, fds);
+	recv_request(hsock, 0, &req, payload, fds);
 	sbx_status_send(fds[3], SBX_STATUS_ERROR, 0, 0, 0, "%s", why);
 	_exit(1);
 }

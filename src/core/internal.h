@@ -197,6 +197,7 @@ struct sbx_zygote_cfg {
 	uint64_t expire_at_ms;
 	uint32_t expire_grace_ms;
 	uint32_t warm_runs; /* offers kept outstanding (>= 1) */
+	uint32_t idle_ms;   /* a warm run with no request this long ends; 0: never */
 	uid_t uid;	    /* the workload's uid/gid (as seen by init) */
 	gid_t gid;
 	uint64_t nofile;	 /* RLIMIT_NOFILE of the workload */

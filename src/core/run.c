@@ -171,6 +171,10 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 	 * workload (tmpfs pages belong to no process, so its choice among
 	 * small processes is arbitrary): check and try a few more. */
 	bool limited = sbx_session_oom_path(s) != NULL;
+	/* A warm run that expired unused (init.c) between take and send is
+	 * not a sandbox whose runs die: another is taken, not counted (up to
+	 * this many, for a host stalled longer than warm_idle_ms each time). */
+	int lapses_left = 16;
 	for (int attempt = 0; attempt < (limited ? 5 : 2); attempt++) {
 		int sock;
 		close_fd(listener); /* an earlier attempt's */
@@ -193,6 +197,12 @@ static int send_to_warm(sbx_session *s, sbx_net mode, const struct sbx_proto_run
 		}
 		int rc = sbx_proto_send_run(sock, req, payload, fds);
 		int saved = errno;
+		struct pollfd hup = {sock, POLLOUT, 0};
+		if (rc != 0 && saved == EPIPE && lapses_left > 0 && poll(&hup, 1, 0) == 1 &&
+		    (hup.revents & POLLHUP)) {
+			lapses_left--;
+			attempt--;
+		}
 		if (rc == 0 && keep_sock) {
 			*keep_sock = sock;
 			return 0;

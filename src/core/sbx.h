@@ -117,6 +117,10 @@ typedef struct sbx_session_opts {
 	 * init + workload); more serve concurrent starts without waiting.
 	 * 0: 1; at most SBX_MAX_WARM_RUNS. */
 	uint32_t warm_runs;
+	/* A warm run (offered or given back) that has had no request for this
+	 * long ends, so an idle session keeps only its zygote; the next run
+	 * then waits for a fresh one.  0: SBX_WARM_IDLE_MS; UINT32_MAX: never. */
+	uint32_t warm_idle_ms;
 	/* Network: the widest mode a run of this session may ask for (each
 	 * mode up to it gets a namespace of its own, made once). */
 	sbx_net network_mode;
@@ -127,6 +131,7 @@ typedef struct sbx_session_opts {
 } sbx_session_opts;
 
 #define SBX_MAX_WARM_RUNS 64
+#define SBX_WARM_IDLE_MS 10000
 
 typedef struct sbx_session sbx_session;
 
@@ -172,9 +177,11 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
  * has put it in its run cgroup), so that the next sbx_run_start finds one
  * without waiting;
  * -1 when there is nothing to wait for (backends without a zygote, or a
- * warm run of this mode already set aside).
+ * warm run of this mode already set aside).  Never waits: offers already
+ * there that expired unused (sbx_session_opts.warm_idle_ms) are dropped
+ * first, and a live one is set aside, so the fd is one to wait on.
  */
-int sbx_session_offer_fd(const sbx_session *s, sbx_net mode);
+int sbx_session_offer_fd(sbx_session *s, sbx_net mode);
 /* The same for a run with its own allow-list (sbx_run_opts.own_netns):
  * asks the zygote for an init in a namespace of its own unless one is
  * ready or asked for; -1 when there is nothing to wait for. */

@@ -147,9 +147,15 @@ static void drain_inbox(sbx_session *s)
 	}
 }
 
+bool sbx_pool_offer_expired(int sock)
+{
+	struct pollfd p = {sock, POLLOUT, 0};
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP);
+}
+
 /* An idle init of mode that said it is ready (with a memory ceiling, *rc
- * its run cgroup); those found gone are dropped, those still getting
- * ready stay.  Never waits. */
+ * its run cgroup); those found gone or expired are dropped, those still
+ * getting ready stay.  Never waits. */
 static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc)
 {
 	size_t k = 0;
@@ -162,7 +168,7 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_r
 		if (!found) {
 			char c;
 			ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
-			if (n == 1 && c == 'r') {
+			if (n == 1 && c == 'r' && !sbx_pool_offer_expired(fd)) {
 				*sock = fd;
 				*pidfd = pfd;
 				sbx_cgroup_run_adopt(&s->cg, seq, rc);
@@ -170,7 +176,8 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_r
 				found = true;
 				continue;
 			}
-			if (n >= 0 || (errno != EAGAIN && errno != EINTR)) {
+			if (n >= 0 || (errno != EAGAIN && errno != EINTR) ||
+			    sbx_pool_offer_expired(fd)) {
 				drop_idle(s, fd, pfd, seq);
 				continue;
 			}
@@ -191,14 +198,6 @@ int sbx_session_reuse_fd(const sbx_session *s)
 	return s->inbox[1];
 }
 
-int sbx_session_offer_fd(const sbx_session *s, sbx_net mode)
-{
-	if (s->none || s->pending || mode >= SBX_NET_NMODES || s->spare[mode].sock >= 0)
-		return -1;
-	/* With a memory ceiling an offer is ready once it is placed. */
-	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
-}
-
 /* Let an offer go: closing its socket ends the init; its cgroup goes. */
 void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 {
@@ -206,6 +205,63 @@ void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc)
 	close(pidfd);
 	sbx_cgroup_run_kill(rc);
 	sbx_cgroup_run_remove(rc);
+}
+
+/*
+ * What take would do with the offers already there, without waiting:
+ * those that expired unused (init.c) are dropped, those of another mode
+ * set aside (each asking the zygote for one of mode, as take does), own-
+ * namespace ones kept for their run, and the first live one of mode set
+ * aside for the next run.  A caller with an event loop then waits for a
+ * live offer there instead of in take.  (Not with a placer: its offers
+ * come placed, and take reports its failures.)
+ */
+static void sort_offers(sbx_session *s, sbx_net mode)
+{
+	struct pollfd p = {s->ctl_fd, POLLIN, 0};
+
+	for (int i = 0; i < 2 * SBX_MAX_WARM_RUNS + 8 && !s->placer && s->ctl_fd >= 0 &&
+			s->spare[mode].sock < 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+	     i++) {
+		int sock, pidfd;
+		sbx_net got;
+		sbx_run_cgroup rc;
+		sbx_err err;
+		struct sbx_proto_offer off;
+		/* A failure the zygote offers is take's to report: left there. */
+		if (recv(s->ctl_fd, &off, sizeof(off), MSG_PEEK | MSG_DONTWAIT) != sizeof(off) ||
+		    off.magic != SBX_PROTO_MAGIC || off.err_no != 0)
+			return;
+		memset(&rc, 0, sizeof(rc));
+		if (sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, &err) < 0)
+			return; /* the zygote is gone: take says so */
+		if ((uint32_t)got == SBX_NET_OWN) {
+			sbx_ownnet_keep(s, sock, pidfd, &rc);
+			continue;
+		}
+		bool live = !sbx_pool_offer_expired(sock) && got < SBX_NET_NMODES &&
+			    s->spare[got].sock < 0;
+		if (!live || got != mode)
+			(void)sbx_pool_send_want(s, mode);
+		if (!live) {
+			sbx_pool_drop_offer(sock, pidfd, &rc);
+			continue;
+		}
+		s->spare[got].sock = sock;
+		s->spare[got].pidfd = pidfd;
+		s->spare[got].rc = rc;
+	}
+}
+
+int sbx_session_offer_fd(sbx_session *s, sbx_net mode)
+{
+	if (s->none || s->pending || mode >= SBX_NET_NMODES)
+		return -1;
+	sort_offers(s, mode);
+	if (s->spare[mode].sock >= 0)
+		return -1;
+	/* With a memory ceiling an offer is ready once it is placed. */
+	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
 }
 
 int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,
@@ -274,6 +330,13 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			sbx_pool_drop_offer(*sock, *pidfd, rc);
 			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
 					   "the session has ended");
+		}
+		/* One that sat unused until it expired: the want just sent
+		 * asks for a fresh one. */
+		if (sbx_pool_offer_expired(*sock)) {
+			sbx_pool_drop_offer(*sock, *pidfd, rc);
+			memset(rc, 0, sizeof(*rc));
+			continue;
 		}
 		if (got == mode)
 			return 0;

@@ -156,6 +156,10 @@ int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sb
 			sbx_err *err);
 int sbx_pool_send_want(sbx_session *s, uint32_t mode);
 void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc);
+/* Whether a warm run expired unused (init.c's recv_request shuts its
+ * socket down both ways before it ends, so this holds before the process
+ * is gone): it would refuse a request, so it is dropped unsent. */
+bool sbx_pool_offer_expired(int sock);
 /* session_ownnet.c: an SBX_NET_OWN offer the pool came across is kept
  * for the next run that wants one (or let go); and, at close, let go. */
 void sbx_ownnet_keep(sbx_session *s, int sock, int pidfd, sbx_run_cgroup *rc);
@@ -168,7 +172,8 @@ int sbx_ids_privileged(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 int sbx_ids_privileged_own(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 
 /* statedir.c: the session's id, its dir below the state dir (or the pinned
- * work dir), swept of dead sessions' leftovers first; 0 or -1 with err. */
+ * work dir); dead sessions' leftovers are swept first (at a process's first
+ * open, then at most once a minute); 0 or -1 with err. */
 int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 /* bubblewrap as root, pinned: s->work_stage, an empty dir of root's in the
  * state dir that each run's copy of the work dir is attached over; 0 or -1

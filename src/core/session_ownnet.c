@@ -101,6 +101,9 @@ int sbx_session_take_own(sbx_session *s, int *sock, int *pidfd, sbx_run_cgroup *
 	*listener = -1;
 	if (!usable(s, err))
 		return -1;
+	/* One kept past warm_idle_ms expired (init.c): a fresh one. */
+	if (s->own_spare.sock >= 0 && sbx_pool_offer_expired(s->own_spare.sock))
+		sbx_ownnet_close(s);
 	if (ask(s) < 0)
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
 	/* Offers come in the order asked: regular ones on the way are set

@@ -2,7 +2,8 @@
  * statedir.c: a session's place on the host: its id, its dir below the
  * state dir (sessions/<id>, holding the work dir and a lock file the
  * session keeps flock'd), or the caller's pinned work dir; and the sweep
- * of what sessions whose process died left there.
+ * of what sessions whose process died left there (at a process's first
+ * open, then at most once a minute: it opens every live session's lock).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -55,6 +56,8 @@ static const char *default_state_dir(char *buf, size_t len)
  * can take belongs to a session whose process died (kill -9, crash): its
  * processes died with it (the zygote has PDEATHSIG), so remove what it left.
  */
+#define SWEEP_EVERY_S 60
+
 static void sweep_stale(const char *sessions)
 {
 	char path[PATH_MAX];
@@ -129,7 +132,17 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 			    (int)sizeof(s->work_dir))
 			return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, ENAMETOOLONG,
 					   "state_dir %s: path too long", state);
-		sweep_stale(sessions);
+		/* The sweep opens every session's lock: at 2,000 live
+		 * sessions that is most of an open's time.  So a process
+		 * sweeps at its first open, then at most once a minute (a
+		 * dead session's dir waits that long at most). */
+		static int64_t last_sweep = INT64_MIN;
+		int64_t now = (int64_t)time(NULL),
+			last = __atomic_load_n(&last_sweep, __ATOMIC_RELAXED);
+		if ((last == INT64_MIN || now - last >= SWEEP_EVERY_S || now < last) &&
+		    __atomic_compare_exchange_n(&last_sweep, &last, now, false, __ATOMIC_RELAXED,
+						__ATOMIC_RELAXED))
+			sweep_stale(sessions);
 		if (mkdir(s->session_dir, 0711) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
 					   s->session_dir, strerror(errno));

@@ -44,13 +44,15 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 }
 
 static const char *const session_fields[] = {
-	"backend",     "work_dir",	  "state_dir",	  "hostname",	   "system_ro",
-	"etc_files",   "binds",		  "seccomp_deny", "seccomp_allow", "host_uid",
-	"aux_uid",     "tmp_bytes",	  "shm_bytes",	  "lifetime_ms",   "memory_bytes",
-	"cpu_milli",   "pids_max",	  "disk_bytes",	  "cgroup_root",   "nofile",
-	"fsize_bytes", "run_uid",	  "gpus",	  "gpu_dev_dir",   "gpu_paths",
-	"gpu_shared",  "warm_runs",	  "network_mode", "proxy_port",	   "open_deny",
-	"ca_bundle",   "expire_grace_ms", NULL,
+	"backend",	 "work_dir",	"state_dir",	"hostname",
+	"system_ro",	 "etc_files",	"binds",	"seccomp_deny",
+	"seccomp_allow", "host_uid",	"aux_uid",	"tmp_bytes",
+	"shm_bytes",	 "lifetime_ms", "memory_bytes", "cpu_milli",
+	"pids_max",	 "disk_bytes",	"cgroup_root",	"nofile",
+	"fsize_bytes",	 "run_uid",	"gpus",		"gpu_dev_dir",
+	"gpu_paths",	 "gpu_shared",	"warm_runs",	"network_mode",
+	"proxy_port",	 "open_deny",	"ca_bundle",	"expire_grace_ms",
+	"warm_idle_ms",	 NULL,
 };
 
 static const char *const bind_fields[] = {"path", "writable", NULL};
@@ -139,6 +141,7 @@ static int session_open(lua_State *L, bool start)
 	o.gpu_paths = lsbx_opt_strv(L, 1, "gpu_paths", false, NULL);
 	o.gpu_shared = lsbx_opt_bool(L, 1, "gpu_shared", false);
 	o.warm_runs = (uint32_t)lsbx_opt_int(L, 1, "warm_runs", 0, SBX_MAX_WARM_RUNS, 0);
+	o.warm_idle_ms = (uint32_t)lsbx_opt_int(L, 1, "warm_idle_ms", 0, UINT32_MAX, 0);
 	o.network_mode = lsbx_opt_net(L, 1);
 	o.proxy_port = (uint16_t)lsbx_opt_int(L, 1, "proxy_port", 0, 65535, 0);
 	o.open_deny = lsbx_opt_strv(L, 1, "open_deny", false, NULL);

@@ -8,11 +8,14 @@
  *   - CONNECT setup latency: connect to the proxy, CONNECT, read the 200,
  *     one byte echoed through the tunnel (direct: connect + one byte echoed);
  *   - tunnel throughput: 1 GiB (-g GiB) client -> sink through a CONNECT
- *     tunnel (direct: the same to the sink).
+ *     tunnel (direct: the same to the sink), -r times each, alternating,
+ *     the median; and the CPU all threads used per GiB (the client, the
+ *     proxy, the sink: getrusage of the process), which says where the
+ *     floor is: each tunnelled byte crosses loopback twice.
  * Prints ratios and checks the issue's targets (>= 1 GB/s, setup < 1 ms);
  * --strict exits 1 when a target is missed.
  *
- * usage: sbx-proxy-bench [-n setups] [-g GiB] [--strict]
+ * usage: sbx-proxy-bench [-n setups] [-g GiB] [-r reps] [--strict]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -217,8 +221,18 @@ static void setups(uint16_t pp, uint16_t ep, int n, bool via, double *p50, doubl
 	free(v);
 }
 
-/* GB/s of `bytes` client -> sink, through the proxy or direct. */
-static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via)
+/* CPU seconds (user + system) of every thread of this process so far. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* GB/s of `bytes` client -> sink, through the proxy or direct; *cpu: the
+ * CPU seconds the process used for it. */
+static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via, double *cpu)
 {
 	static char b[1 << 18];
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
@@ -234,7 +248,7 @@ static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via)
 			exit(1);
 		}
 	}
-	double t0 = now_s();
+	double t0 = now_s(), c0 = cpu_s();
 	for (uint64_t sent = 0; sent < bytes;) {
 		size_t n = bytes - sent < sizeof(b) ? (size_t)(bytes - sent) : sizeof(b);
 		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
@@ -251,13 +265,14 @@ static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via)
 		exit(1);
 	}
 	double dt = now_s() - t0;
+	*cpu = cpu_s() - c0;
 	close(fd);
 	return (double)bytes / dt / 1e9;
 }
 
 int main(int argc, char **argv)
 {
-	int n = 2000;
+	int n = 2000, reps = 5;
 	double gib = 1;
 	bool strict = false;
 	sbx_err err;
@@ -267,15 +282,20 @@ int main(int argc, char **argv)
 			n = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "-g") && i + 1 < argc)
 			gib = atof(argv[++i]);
+		else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--strict"))
 			strict = true;
 		else {
-			fprintf(stderr, "usage: %s [-n setups] [-g GiB] [--strict]\n", argv[0]);
+			fprintf(stderr, "usage: %s [-n setups] [-g GiB] [-r reps] [--strict]\n",
+				argv[0]);
 			return 2;
 		}
 	}
 	if (n < 20)
 		n = 20;
+	if (reps < 1 || reps > 64)
+		reps = 5;
 	sbx_proxy_cfg cfg = {.decide = decide};
 	sbx_proxy *p = sbx_proxy_new(&cfg, &err);
 	uint16_t pp;
@@ -293,15 +313,25 @@ int main(int argc, char **argv)
 	setups(pp, e.port, n, false, &d50, &d95);
 	setups(pp, e.port, n, true, &p50, &p95);
 	uint64_t bytes = (uint64_t)(gib * (double)(1ull << 30));
-	double direct = throughput(pp, s.port, bytes, false);
-	double tunnel = throughput(pp, s.port, bytes, true);
+	double dv[64], tv[64], dc[64], tc[64];
+	for (int i = 0; i < reps; i++) {
+		dv[i] = throughput(pp, s.port, bytes, false, &dc[i]);
+		tv[i] = throughput(pp, s.port, bytes, true, &tc[i]);
+	}
+	qsort(dv, (size_t)reps, sizeof(double), cmp);
+	qsort(tv, (size_t)reps, sizeof(double), cmp);
+	qsort(dc, (size_t)reps, sizeof(double), cmp);
+	qsort(tc, (size_t)reps, sizeof(double), cmp);
+	double direct = dv[reps / 2], tunnel = tv[reps / 2];
+	double dcpu = dc[reps / 2] / gib, tcpu = tc[reps / 2] / gib;
 
 	stop = 1;
 	pthread_join(th, NULL);
 	sbx_proxy_free(p);
 
 	bool ok_setup = p50 < 1.0, ok_tp = tunnel >= 1.0;
-	printf("allow-list proxy (%d setups, %.2f GiB each way, same run):\n", n, gib);
+	printf("allow-list proxy (%d setups, %.2f GiB each way, median of %d, same run):\n", n, gib,
+	       reps);
 	printf("  CONNECT setup + 1-byte echo  p50 %7.3f ms  p95 %7.3f ms   target p50 < 1 ms: %s\n",
 	       p50, p95, ok_setup ? "ok" : "MISSED");
 	printf("  direct connect + echo        p50 %7.3f ms  p95 %7.3f ms   proxy/direct p50 x%.2f\n",
@@ -310,5 +340,8 @@ int main(int argc, char **argv)
 	       tunnel, ok_tp ? "ok" : "MISSED");
 	printf("  direct loopback              %7.2f GB/s                 tunnel/direct x%.2f\n",
 	       direct, tunnel / direct);
+	printf("  CPU per GiB (all threads)    tunnel %.2f s, direct %.2f s (x%.2f: each tunnelled "
+	       "byte crosses loopback twice)\n",
+	       tcpu, dcpu, tcpu / dcpu);
 	return strict && !(ok_setup && ok_tp) ? 1 : 0;
 }

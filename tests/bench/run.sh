@@ -11,8 +11,12 @@
 # netmode_bench.lua, what per-run network modes cost,
 # runallow_bench.lua, what a run's own allow-list costs, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
-# loopback, proxy_sbxd_bench.lua, the same proxy on sbxd's loop, and
-# secrets_bench.lua, an HTTPS request with and without secret substitution.
+# loopback, proxy_sbxd_bench.lua, the same proxy on sbxd's loop,
+# secrets_bench.lua, an HTTPS request with and without secret substitution,
+# density_bench.lua, N idle sessions' memory and processes and open + first
+# exec at N live (N=500; SBX_DENSITY_N=2000 for the large run), and
+# bytes_bench.lua, stdout through sbxd and put/get_bytes against head|cat
+# and cp (issue 18).
 #
 # usage: tests/bench/run.sh [BUILD_DIR] [exec_latency.lua args: -n N -w W --strict]
 set -euo pipefail
@@ -63,6 +67,14 @@ cmake --build "$build" -j"$(nproc)" --target sbxd >/dev/null
 # front (the hidden, loopback-only --no-front), alternating, as ratios.
 echo
 "$build/bin/sbxlua" tests/bench/front_bench.lua --sbxd "$build/bin/sbxd"
+# Density (issue 18): N idle userns sessions after one exec each: memory
+# and host processes per session, open + first exec at N live vs alone.
+echo
+"$build/bin/sbxlua" tests/bench/density_bench.lua
+# The byte paths (issue 18), medians of alternating runs: stdout through
+# sbxd vs head|cat and one loopback TCP hop, put/get_bytes vs cp.
+echo
+"$build/bin/sbxlua" tests/bench/bytes_bench.lua --sbxd "$build/bin/sbxd"
 # The HTTP/2 remote API (sbxd) vs on-device, in the same run (issue 3).
 echo
 exec "$build/bin/sbxlua" tests/bench/remote_bench.lua --sbxd "$build/bin/sbxd"

@@ -312,6 +312,7 @@ local function create_session(req)
   for k, v in pairs(body) do opts[k] = v end
   opts.policy = cfg.engine
   opts.warm_runs = cfg.warm_runs
+  opts.warm_idle_s = cfg.warm_idle_s
   opts.proxy_host = px_host.host
   opts.wait = wait_fd
   opts.caller = { origin = "sbxd", tenant = req.tenant }
@@ -553,6 +554,7 @@ function M.init(c)
   cfg.max_sessions = c.max_sessions or 16
   cfg.max_runs = c.max_runs or 64
   cfg.warm_runs = c.warm_runs or 1
+  cfg.warm_idle_s = c.warm_idle_s
   cfg.hard_ceiling_s = c.hard_ceiling_s or 24 * 3600
   cfg.idle_timeout_s = c.idle_timeout_s or 3600
   cfg.endpoint = c.listen

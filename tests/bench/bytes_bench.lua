@@ -1,0 +1,172 @@
+-- bytes_bench.lua: the byte paths of issue 18, each next to its limit in
+-- the same run, alternating, medians of --reps runs (2 shared cores: one
+-- run alone says little):
+--   1. G GiB of stdout through sbxd to a client (curl, msgpack events,
+--      discarded) against `head -c N /dev/zero | cat > /dev/null`, and the
+--      floor of any network stream of a command's output: the same pipe
+--      plus one loopback TCP hop (cat into bash's /dev/tcp, a Python sink
+--      reading 1 MiB at a time), with sbxd's CPU per GiB;
+--   2. put_bytes / get_bytes of M MB on-device against cp of the same
+--      file, and through sbxd (curl PUT/GET of the files route).
+--
+-- usage: sbxlua tests/bench/bytes_bench.lua [--sbxd PATH] [--gib G] [--mb M]
+--        [--reps R] [--only stream|files]
+local sbx = require "sbx"
+local core = require "sbx.core"
+
+local args = { gib = 1, mb = 200, reps = 5 }
+do
+  local i = 1
+  while arg[i] do
+    if arg[i] == "--sbxd" then args.sbxd = arg[i + 1] i = i + 2
+    elseif arg[i] == "--gib" then args.gib = tonumber(arg[i + 1]) i = i + 2
+    elseif arg[i] == "--mb" then args.mb = tonumber(arg[i + 1]) i = i + 2
+    elseif arg[i] == "--reps" then args.reps = tonumber(arg[i + 1]) i = i + 2
+    elseif arg[i] == "--only" then args.only = arg[i + 1] i = i + 2
+    else error("unknown argument " .. arg[i]) end
+  end
+end
+
+local root = debug.getinfo(1, "S").source:match("^@(.*/)tests/bench/") or "./"
+local H = dofile(root .. "tests/server/harness.lua")
+if args.sbxd then H.SBXD = args.sbxd end
+
+local function now() return core.monotonic_ms() end
+local function median(t)
+  table.sort(t)
+  return t[math.floor((#t + 1) / 2)]
+end
+local function timed(f)
+  local t0 = now()
+  f()
+  return (now() - t0) / 1000
+end
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local s = f and f:read("*l") or "?"
+  if f then f:close() end
+  return s:match("^(%S+ %S+ %S+)") or s
+end
+
+-- CPU seconds (user + system, every thread) a process has used so far.
+local TICK = tonumber(io.popen("getconf CLK_TCK"):read("*l")) or 100
+local function cpu_s(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return 0 end
+  local st = f:read("*a")
+  f:close()
+  local u, sy = st:match("%) %S+" .. (" %S+"):rep(11) .. " (%d+) (%d+)")
+  return (tonumber(u) + tonumber(sy)) / TICK
+end
+
+-- The floor: head | cat into one loopback TCP connection to a sink that
+-- reads and counts (Debian's python3); seconds, or nil without a sink.
+local SINK = [[
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(1)
+print(l.getsockname()[1], flush=True)
+c, _ = l.accept(); b = bytearray(1 << 20); n = 0
+while True:
+    k = c.recv_into(b)
+    if not k: break
+    n += k
+print(n, flush=True)
+]]
+local function tcp_hop(bytes)
+  local f = io.popen("/usr/bin/python3 -c " .. H.q(SINK), "r")
+  local port = f and tonumber(f:read("*l"))
+  if not port then return nil end
+  local t0 = now()
+  os.execute(("bash -c %s"):format(H.q(("head -c %d /dev/zero | cat > /dev/tcp/127.0.0.1/%d"):format(bytes, port))))
+  local got = tonumber(f:read("*l"))
+  local secs = (now() - t0) / 1000
+  f:close()
+  assert(got == bytes, "the sink got " .. tostring(got))
+  return secs
+end
+
+local function row(label, mbps, limit_label, limit_mbps, goal)
+  print(("%-44s %7.0f MB/s   %-28s %7.0f MB/s   ratio %.2f (goal %s)"):format(label, mbps, limit_label,
+    limit_mbps, mbps / limit_mbps, goal))
+end
+
+print(("== byte paths (median of %d, alternating; load %s) =="):format(args.reps, loadavg()))
+local sargs = { "--max-runs", "1000" }
+if os.getenv("SBX_BENCH_NO_FRONT") then sargs[#sargs + 1] = "--no-front" end
+local srv = assert(H.start { log_level = "warn", args = sargs })
+local ok, err = pcall(function()
+  local body = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json", "-d", "{}")
+  local id = assert(H.json_field(body, "id"), body)
+
+  if args.only ~= "files" and args.gib > 0 then
+    local bytes = math.floor(args.gib * 1024 * 1024 * 1024)
+    local via, peer, cpu, hop = {}, {}, {}, {}
+    for i = 1, args.reps do
+      local c0 = cpu_s(srv.pid)
+      via[i] = timed(function()
+        local got = H.sh(("curl -s --http2-prior-knowledge -H %s -H 'accept: application/msgpack'"
+          .. " -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}' %s/v1/sessions/%s/runs")
+          :format(H.q(srv:auth()), bytes, srv.url, id))
+        assert(tonumber(got) and tonumber(got) >= bytes, "short stream: " .. tostring(got))
+      end)
+      cpu[i] = (cpu_s(srv.pid) - c0) / (bytes / 2^30)
+      peer[i] = timed(function() os.execute(("head -c %d /dev/zero | cat > /dev/null"):format(bytes)) end)
+      hop[i] = tcp_hop(bytes)
+    end
+    row(("%d MiB stdout through sbxd (curl)"):format(bytes / 2^20), bytes / median(via) / 1e6,
+      "head -c | cat > /dev/null", bytes / median(peer) / 1e6, ">= 0.9")
+    if #hop == args.reps then
+      row("  floor: head | cat, one loopback TCP hop", bytes / median(hop) / 1e6, "head -c | cat > /dev/null",
+        bytes / median(peer) / 1e6, "-")
+    end
+    print(("  sbxd's CPU per GiB streamed: %.2f s (median)"):format(median(cpu)))
+  end
+
+  if args.only ~= "stream" and args.mb > 0 then
+    local bytes = math.floor(args.mb * 1e6)
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. dir) == 0)
+    local src = dir .. "/src"
+    assert(os.execute(("head -c %d /dev/urandom > %s"):format(bytes, src)) == 0)
+    local f = assert(io.open(src, "rb"))
+    local data = f:read("*a")
+    f:close()
+    local s = sbx.session {}
+    -- cp writes where put_bytes does: the session's work dir's filesystem.
+    local dst = s.work_dir .. "/cp-copy"
+    local put, get, cp, rput, rget, cput, cget = {}, {}, {}, {}, {}, {}, {}
+    -- Remote: the project's client (chunks of --max-body, 8 MiB by default).
+    local rs = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
+    for i = 1, args.reps do
+      -- Each writes a new file, none replaces one (freeing 200 MB of
+      -- blocks is the file system's work, off the clock for both).
+      os.remove(s.work_dir .. "/blob")
+      put[i] = timed(function() s:put_bytes("blob", data) end)
+      get[i] = timed(function() assert(#s:get_bytes("blob") == bytes) end)
+      cp[i] = timed(function() assert(os.execute(("cp %s %s"):format(src, dst)) == 0) end)
+      os.remove(dst)
+      assert(rs:exec("rm -f blob").returncode == 0)
+      local c0 = cpu_s(srv.pid)
+      rput[i] = timed(function() rs:put_bytes("blob", data) end)
+      local c1 = cpu_s(srv.pid)
+      rget[i] = timed(function() assert(#rs:get_bytes("blob") == bytes) end)
+      cput[i], cget[i] = c1 - c0, cpu_s(srv.pid) - c1
+    end
+    s:close()
+    rs:close()
+    os.execute("rm -rf " .. dir)
+    local cp_mbps = bytes / median(cp) / 1e6
+    row(("put_bytes %d MB on-device"):format(bytes / 1e6), bytes / median(put) / 1e6, "cp of the same file", cp_mbps,
+      ">= 0.5")
+    row(("get_bytes %d MB on-device"):format(bytes / 1e6), bytes / median(get) / 1e6, "cp of the same file", cp_mbps,
+      ">= 0.5")
+    local remote = "%-44s %7.0f MB/s   (goal >= 500 MB/s)"
+    print(remote:format(("put_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6), bytes / median(rput) / 1e6))
+    print(remote:format(("get_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6), bytes / median(rget) / 1e6))
+    print(("  sbxd's CPU per remote put / get: %.2f s / %.2f s (median)"):format(median(cput), median(cget)))
+  end
+  srv:curl("/v1/sessions/" .. id, "-X", "DELETE", "-H", srv:auth())
+end)
+srv:cleanup()
+if not ok then error(err, 0) end
