@@ -510,7 +510,10 @@ static void finish(sbx_run *r)
 	if ((r->oom_hit || (!r->got_error && !r->timed_out)) && ended_by_oom(r)) {
 		res->term = SBX_TERM_OOM;
 		res->error[0] = '\0';
-		if (!r->got_exit || r->oom_hit) {
+		/* The killer took a process of the run: all of it goes, even
+		 * when what was left exited before the next look (a shell
+		 * whose dd was the victim): the same status either way. */
+		if (!r->got_exit || r->oom_hit || oom_counted(r, false)) {
 			res->returncode = -SIGKILL;
 			res->signo = SIGKILL;
 		}

@@ -335,7 +335,7 @@ s:close()
 
     it("narrows a run to a list of its own (any list narrows an open session)", function()
       assert.matches("hello from 198.51.100.2:80", res.own_list or "", 1, true, raw_out)
-      assert.matches("not on the allow%-list", res.own_list_far or "", nil, raw_out)
+      assert.matches("not on this run's allow%-list", res.own_list_far or "", nil, raw_out)
       assert.are_not.equal("0", res.own_list_raw, raw_out)
     end)
   end)
@@ -410,7 +410,7 @@ s:close()
       assert.matches("^HTTP/1%.%d 200", res.n_raw_ok or "", nil, o)
       assert.matches("^connected", res.n_sock_proxy or "", nil, o)
       -- ... and not the host its session also allows, by any client.
-      assert.matches("not on the allow%-list", res.n_far or "", nil, o)
+      assert.matches("not on this run's allow%-list", res.n_far or "", nil, o)
       assert.matches("403", res.n_far_https or "", 1, true, o)
       assert.is_nil((res.n_far_https or ""):match("rc=0"), o)
       assert.is_nil((res.n_socks or ""):match("rc=0"), o)
@@ -425,7 +425,7 @@ s:close()
       -- Meanwhile the wide run of the same session reached far.test, and
       -- the narrowed run still did not, after that.
       assert.matches("hello from 203.0.113.2:80", res.w_far or "", 1, true, o)
-      assert.matches("not on the allow%-list", res.n_far_after or "", nil, o)
+      assert.matches("not on this run's allow%-list", res.n_far_after or "", nil, o)
       assert.matches("hello from 203.0.113.2:80", res.wide_after or "", 1, true, o)
       -- A list that widens the session's is refused, naming the entry.
       assert.matches("^PolicyDenied .*example%.com", res.widen or "", nil, o)
