@@ -191,7 +191,8 @@ for _, be in ipairs(BACKENDS) do
     -- A pinned dir is never chowned: an idmap makes its owner the
     -- sandbox user, so what the sandbox writes is that owner's on the host.
     for _, who in ipairs { "4242:4242", "0:0" } do
-      root_it("a pinned work dir owned by " .. who .. " keeps its owner; what the sandbox writes is " .. who .. "'s", function()
+      root_it("a pinned work dir owned by " .. who .. " keeps its owner; what the sandbox writes is "
+        .. who .. "'s", function()
         local p = io.popen("mktemp -d /var/tmp/sbx-flow-own.XXXXXX")
         local work = p:read("*l")
         p:close()
