@@ -99,6 +99,8 @@ if ((${#spec_dirs[@]})); then
 	# busted ends with, closes the Lua state first, so what Lua still held is
 	# freed, not reported).  If LSan ever misfires in the processes that clone
 	# into namespaces, run with ASAN_OPTIONS=detect_leaks=0: it passes through.
+	# Every program of the build starts with src/sanitize/asan_defaults.c's
+	# defaults (GCC 12's libasan DTLS bug that crashed LSan's tracer at exit).
 	timeout -k 10 "${SBX_SPEC_TIMEOUT:-1500}" \
 		"$build/bin/sbxlua" /usr/bin/busted -o utfTerminal "$@" "${spec_dirs[@]}" \
 		</dev/null 2>&1 | tee "$log/busted"

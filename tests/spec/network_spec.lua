@@ -47,6 +47,8 @@ describe("network modes", function()
   local net, dir
 
   -- Run code (after PRELUDE) in the fake host netns; returns { key = value }, raw output.
+  -- The script's sbxlua must exit 0: in the sanitizer build that includes
+  -- LeakSanitizer's check at its exit, which would otherwise go unseen.
   local function run(code, env)
     local path, results = dir .. "/case.lua", dir .. "/results"
     os.remove(results)
@@ -55,6 +57,7 @@ describe("network modes", function()
     local o, rc = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env " .. (env or "")
       .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " " .. F.quote(SBXLUA) .. " " .. F.quote(path))
     local got = H.read_file(results) or ""
+    assert.are.equal(0, rc, "the script's sbxlua failed:\n" .. o)
     local t = {}
     for line in got:gmatch("[^\n]+") do
       local k, v = line:match("^([%w_]+)\t(.*)$")
