@@ -238,6 +238,32 @@ s:close()
     assert.falsy(has(all, API_KEY), all)
   end)
 
+  -- The proxy child holds the values and the CA key and parses what the
+  -- sandbox sends: a crash there must not write them to a core file.
+  it("lets the proxy that holds the value dump no core", function()
+    local res, all = run([[
+local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" },
+  secrets = SECRETS }
+local me = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
+local n, limits = 0, {}
+for pid in io.popen("ls /proc"):lines() do
+  local f = pid:match("^%d+$") and io.open("/proc/" .. pid .. "/status")
+  local st = f and f:read("*a") or ""
+  if f then f:close() end
+  if st:match("^Name:%s*sbx%-proxy\n") and st:match("\nPPid:%s*" .. me .. "\n") then
+    n = n + 1
+    local l = io.open("/proc/" .. pid .. "/limits"):read("*a")
+    limits[#limits + 1] = table.concat({ l:match("Max core file size%s+(%S+)%s+(%S+)") }, " ")
+  end
+end
+out("proxies", n)
+out("core", table.concat(limits, ","))
+s:close()
+]])
+    assert.is_true(tonumber(res.proxies) >= 1, all) -- the control: the probe finds the proxy
+    for l in res.core:gmatch("[^,]+") do assert.are.equal("0 0", l, all) end
+  end)
+
   it("refuses bad secrets without quoting the value", function()
     local res, all = run([[
 local base = { backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" } }
