@@ -85,12 +85,20 @@ void sbx_mitm_count(struct sbx_mitm *m, uint64_t *ctr, uint64_t n)
 
 /* ---- configuration ---- */
 
+/* A string that held the value, cleared before it goes back to malloc. */
+static void free_cleared(char *s)
+{
+	if (s)
+		explicit_bzero(s, strlen(s));
+	free(s);
+}
+
 static void secret_free(struct mitm_secret *s)
 {
 	free(s->placeholder);
-	free(s->value);
+	free_cleared(s->value);
 	free(s->header);
-	free(s->hval);
+	free_cleared(s->hval);
 	for (size_t i = 0; i < s->n_hosts; i++)
 		free(s->hosts[i]);
 	free(s->hosts);
@@ -461,6 +469,8 @@ static void conn_free(struct sbx_mitm *m, struct mitm_conn *mc)
 	close(mc->c.fd);
 	close(mc->u.fd);
 	free(mc->c.buf);
+	if (mc->u.buf) /* the upstream's answers may have held the value */
+		explicit_bzero(mc->u.buf, mc->u.cap);
 	free(mc->u.buf);
 	pthread_mutex_lock(&m->lock);
 	m->active--;

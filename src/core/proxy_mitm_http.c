@@ -47,12 +47,19 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 	if (b->oom)
 		return;
 	if (b->len + n + 1 > b->cap) {
+		/* not realloc: the old block (a head with the value in it)
+		 * is cleared before it is freed */
 		size_t cap = (b->len + n + 1) * 2;
-		char *np = realloc(b->p, cap);
+		char *np = malloc(cap);
 		if (!np) {
 			b->oom = true;
 			return;
 		}
+		if (b->p) {
+			memcpy(np, b->p, b->len);
+			explicit_bzero(b->p, b->cap);
+		}
+		free(b->p);
 		b->p = np;
 		b->cap = cap;
 	}
@@ -64,6 +71,14 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 static void sb_str(struct sbuf *b, const char *s)
 {
 	sb_put(b, s, strlen(s));
+}
+
+static void sb_free(struct sbuf *b)
+{
+	if (b->p)
+		explicit_bzero(b->p, b->cap);
+	free(b->p);
+	b->p = NULL;
 }
 
 /* ---- reading and writing one side ---- */
@@ -587,12 +602,12 @@ static int relay_response(struct mitm_conn *mc, bool head_req, bool client11, bo
 		out.oom = true;
 	else
 		sb_replaced(&out, &r, raw.p, raw.len);
-	free(raw.p);
+	sb_free(&raw);
 	if (out.oom || sbx_mside_write(&mc->c, out.p, out.len) < 0) {
-		free(out.p);
+		sb_free(&out);
 		return 0;
 	}
-	free(out.p);
+	sb_free(&out);
 	if (!body)
 		return !done_after;
 	struct sink k = {&mc->c, out_chunked, &r, &mc->m->bytes_down, mc->m};
@@ -601,6 +616,8 @@ static int relay_response(struct mitm_conn *mc, bool head_req, bool client11, bo
 			       : copy_n(&mc->u, (uint64_t)h.clen, &k);
 	if (rc == 0)
 		rc = sink_end(&k);
+	if (r.held)
+		explicit_bzero(r.held, r.hlen);
 	free(r.held);
 	return rc == 0 && !done_after;
 }
@@ -630,7 +647,7 @@ static int one_request(struct mitm_conn *mc)
 	bool client11 = strstr(h.line, " HTTP/1.1") != NULL;
 	bool close_after = !mc->tls || h.conn_close || !client11;
 	if ((rc = rewrite_request(mc, &h, close_after, &out)) < 0) {
-		free(out.p);
+		sb_free(&out);
 		if (rc == -2)
 			answer(mc, "421 Misdirected Request",
 			       "the Host header or request target names another host than the "
@@ -642,7 +659,7 @@ static int one_request(struct mitm_conn *mc)
 	/* the body keeps its framing (its length header is copied as sent) */
 	struct sink k = {&mc->u, h.chunked, NULL, &mc->m->bytes_up, mc->m};
 	rc = sbx_mside_write(&mc->u, out.p, out.len);
-	free(out.p);
+	sb_free(&out);
 	if (rc < 0 || (h.chunked ? copy_chunked(&mc->c, &k) || sink_end(&k)
 				 : h.clen > 0 && copy_n(&mc->c, (uint64_t)h.clen, &k))) {
 		answer(mc, "502 Bad Gateway", "the request could not be passed on");
