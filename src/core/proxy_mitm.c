@@ -29,6 +29,10 @@
 
 #define MAX_LEAVES 256
 #define MAX_LINES 256
+/* Intercepted connections of one listener tag (one session, or one run's
+ * own listener) at once: sbxd serves every session's proxy in one process,
+ * so max_conns alone would let one sandbox take every worker thread. */
+#define MAX_PER_TAG 128
 
 bool sbx_mitm_host_match(const struct mitm_secret *s, const char *name)
 {
@@ -410,11 +414,14 @@ bool sbx_proxy_mitm_take(struct conn *c)
 		return false; /* not a secret's host: relayed as ever */
 	}
 	pthread_mutex_lock(&m->lock);
-	bool full = m->active >= p->cfg.max_conns;
+	bool full = m->active >= p->cfg.max_conns, tag_full = t->active >= MAX_PER_TAG;
 	pthread_mutex_unlock(&m->lock);
-	if (full) { /* a thread each: bounded like the proxy's connections */
+	if (full || tag_full) { /* a thread each: bounded like the proxy's connections */
 		free(mc);
-		sbx_proxy_conn_fail(c, 502, 1, "too many intercepted connections (max_conns)");
+		sbx_proxy_conn_fail(
+			c, 502, 1,
+			full ? "too many intercepted connections (max_conns)"
+			     : "too many intercepted connections of this session (128)");
 		return true;
 	}
 	if (mc->tls && rest) {
@@ -447,6 +454,7 @@ bool sbx_proxy_mitm_take(struct conn *c)
 	mc->next = m->conns;
 	m->conns = mc;
 	m->active++;
+	t->active++;
 	m->intercepted++;
 	mc->started = pthread_create(&mc->th, NULL, worker, mc) == 0;
 	if (!mc->started)
@@ -474,6 +482,7 @@ static void conn_free(struct sbx_mitm *m, struct mitm_conn *mc)
 	free(mc->u.buf);
 	pthread_mutex_lock(&m->lock);
 	m->active--;
+	mc->t->active--; /* the tag is freed only after its workers */
 	pthread_mutex_unlock(&m->lock);
 	free(mc);
 }
