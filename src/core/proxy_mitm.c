@@ -29,6 +29,10 @@
 
 #define MAX_LEAVES 256
 #define MAX_LINES 256
+/* Intercepted connections of one listener tag (one session, or one run's
+ * own listener) at once: sbxd serves every session's proxy in one process,
+ * so max_conns alone would let one sandbox take every worker thread. */
+#define MAX_PER_TAG 128
 
 bool sbx_mitm_host_match(const struct mitm_secret *s, const char *name)
 {
@@ -85,12 +89,20 @@ void sbx_mitm_count(struct sbx_mitm *m, uint64_t *ctr, uint64_t n)
 
 /* ---- configuration ---- */
 
+/* A string that held the value, cleared before it goes back to malloc. */
+static void free_cleared(char *s)
+{
+	if (s)
+		explicit_bzero(s, strlen(s));
+	free(s);
+}
+
 static void secret_free(struct mitm_secret *s)
 {
 	free(s->placeholder);
-	free(s->value);
+	free_cleared(s->value);
 	free(s->header);
-	free(s->hval);
+	free_cleared(s->hval);
 	for (size_t i = 0; i < s->n_hosts; i++)
 		free(s->hosts[i]);
 	free(s->hosts);
@@ -402,11 +414,14 @@ bool sbx_proxy_mitm_take(struct conn *c)
 		return false; /* not a secret's host: relayed as ever */
 	}
 	pthread_mutex_lock(&m->lock);
-	bool full = m->active >= p->cfg.max_conns;
+	bool full = m->active >= p->cfg.max_conns, tag_full = t->active >= MAX_PER_TAG;
 	pthread_mutex_unlock(&m->lock);
-	if (full) { /* a thread each: bounded like the proxy's connections */
+	if (full || tag_full) { /* a thread each: bounded like the proxy's connections */
 		free(mc);
-		sbx_proxy_conn_fail(c, 502, 1, "too many intercepted connections (max_conns)");
+		sbx_proxy_conn_fail(
+			c, 502, 1,
+			full ? "too many intercepted connections (max_conns)"
+			     : "too many intercepted connections of this session (128)");
 		return true;
 	}
 	if (mc->tls && rest) {
@@ -439,6 +454,7 @@ bool sbx_proxy_mitm_take(struct conn *c)
 	mc->next = m->conns;
 	m->conns = mc;
 	m->active++;
+	t->active++;
 	m->intercepted++;
 	mc->started = pthread_create(&mc->th, NULL, worker, mc) == 0;
 	if (!mc->started)
@@ -461,9 +477,12 @@ static void conn_free(struct sbx_mitm *m, struct mitm_conn *mc)
 	close(mc->c.fd);
 	close(mc->u.fd);
 	free(mc->c.buf);
+	if (mc->u.buf) /* the upstream's answers may have held the value */
+		explicit_bzero(mc->u.buf, mc->u.cap);
 	free(mc->u.buf);
 	pthread_mutex_lock(&m->lock);
 	m->active--;
+	mc->t->active--; /* the tag is freed only after its workers */
 	pthread_mutex_unlock(&m->lock);
 	free(mc);
 }

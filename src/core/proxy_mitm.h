@@ -47,6 +47,7 @@ struct mitm_tag {
 	pthread_mutex_t lock; /* leaves */
 	struct mitm_leaf *leaves;
 	size_t n_leaves;
+	uint64_t active; /* its workers (under sbx_mitm.lock) */
 	struct mitm_tag *next;
 };
 

@@ -47,12 +47,19 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 	if (b->oom)
 		return;
 	if (b->len + n + 1 > b->cap) {
+		/* not realloc: the old block (a head with the value in it)
+		 * is cleared before it is freed */
 		size_t cap = (b->len + n + 1) * 2;
-		char *np = realloc(b->p, cap);
+		char *np = malloc(cap);
 		if (!np) {
 			b->oom = true;
 			return;
 		}
+		if (b->p) {
+			memcpy(np, b->p, b->len);
+			explicit_bzero(b->p, b->cap);
+		}
+		free(b->p);
 		b->p = np;
 		b->cap = cap;
 	}
@@ -64,6 +71,14 @@ static void sb_put(struct sbuf *b, const char *s, size_t n)
 static void sb_str(struct sbuf *b, const char *s)
 {
 	sb_put(b, s, strlen(s));
+}
+
+static void sb_free(struct sbuf *b)
+{
+	if (b->p)
+		explicit_bzero(b->p, b->cap);
+	free(b->p);
+	b->p = NULL;
 }
 
 /* ---- reading and writing one side ---- */
@@ -276,7 +291,9 @@ struct head {
 	char *hdr[128][2]; /* name, value (trimmed), NUL-terminated in place */
 	size_t n;
 	bool chunked, bad;
-	int64_t clen; /* -1: none */
+	int64_t clen;	  /* -1: none */
+	const char *host; /* the Host header, NULL: none */
+	int n_host;
 	bool conn_close;
 	const char *encoding; /* Content-Encoding, NULL: none */
 };
@@ -320,18 +337,24 @@ static int parse_head(char *text, size_t len, struct head *h)
 			h->hdr[h->n][1] = v;
 			h->n++;
 			if (ieq(p, "Content-Length")) {
-				char *e;
 				errno = 0;
-				long long n = strtoll(v, &e, 10);
-				if (e == v || *e || errno || n < 0 ||
+				long long n = strtoll(v, NULL, 10);
+				/* digits only: "+5" or "5, 5" may be read otherwise
+				 * by the other side (a desync) */
+				if (!*v || strspn(v, "0123456789") != strlen(v) || errno ||
 				    (h->clen >= 0 && h->clen != n))
 					h->bad = true;
 				h->clen = n;
 			} else if (ieq(p, "Transfer-Encoding")) {
-				size_t vl = strlen(v);
-				if (vl < 7 || strcasecmp(v + vl - 7, "chunked"))
-					h->bad = true; /* only chunked can be framed */
+				/* chunked alone, once: "gzip, chunked" would pass a
+				 * compressed body on unscanned, "xchunked" or a
+				 * repeat is framed differently by the other side */
+				if (!ieq(v, "chunked") || h->chunked)
+					h->bad = true;
 				h->chunked = true;
+			} else if (ieq(p, "Host")) {
+				h->host = v;
+				h->n_host++;
 			} else if (ieq(p, "Connection") && strcasestr(v, "close")) {
 				h->conn_close = true;
 			} else if (ieq(p, "Content-Encoding") && !ieq(v, "identity")) {
@@ -401,7 +424,47 @@ static void answer(struct mitm_conn *mc, const char *status, const char *why)
 	sbx_mitm_logf(mc->m, "failed %s:%u (secret): %s %s", mc->name, mc->port, status, why);
 }
 
-/* The request head, rewritten for the upstream, into out. */
+/* Whether a (n bytes: a Host header, an absolute URL's authority) names
+ * the tunnel's own host (and port, when it has one). */
+static bool authority_is_ours(const struct mitm_conn *mc, const char *a, size_t n)
+{
+	const char *end = a + n, *host = a, *port = NULL;
+	size_t hl;
+
+	if (n && a[0] == '[') { /* [v6]:port */
+		const char *rb = memchr(a, ']', n);
+		if (!rb || (rb + 1 < end && rb[1] != ':'))
+			return false;
+		host = a + 1;
+		hl = (size_t)(rb - host);
+		port = rb + 1 < end ? rb + 2 : NULL;
+	} else {
+		const char *colon = memchr(a, ':', n);
+		hl = colon ? (size_t)(colon - a) : n;
+		port = colon ? colon + 1 : NULL;
+	}
+	if (hl != strlen(mc->name) || strncasecmp(host, mc->name, hl))
+		return false;
+	if (port) {
+		size_t pl = (size_t)(end - port);
+		unsigned v = 0;
+		if (!pl || pl > 5)
+			return false;
+		for (size_t i = 0; i < pl; i++) {
+			if (port[i] < '0' || port[i] > '9')
+				return false;
+			v = v * 10 + (unsigned)(port[i] - '0');
+		}
+		return v == mc->port;
+	}
+	return true;
+}
+
+/* The request head, rewritten for the upstream, into out.  Returns 0, -1
+ * when malformed, -2 when it names another host than the tunnel's: the
+ * value goes only where the allow-list's decision (the CONNECT target)
+ * went, never where a Host header or an absolute URL routes on a shared
+ * front end. */
 static int rewrite_request(struct mitm_conn *mc, struct head *h, bool close_after, struct sbuf *out)
 {
 	struct repl r;
@@ -412,18 +475,42 @@ static int rewrite_request(struct mitm_conn *mc, struct head *h, bool close_afte
 		return -1;
 	*sp1 = *sp2 = '\0';
 	target = sp1 + 1;
-	if (!mc->tls) { /* absolute-form from a proxy client: origin-form upstream */
+	if (mc->tls) {
+		/* origin-form ("*" for OPTIONS) only: an absolute-form or a
+		 * "//host/" target names a host of its own */
+		if ((target[0] != '/' || target[1] == '/') && strcmp(target, "*"))
+			return -2;
+	} else { /* absolute-form from a proxy client: origin-form upstream */
 		if (strncasecmp(target, "http://", 7))
 			return -1;
-		target = strchr(target + 7, '/');
-		if (!target)
+		size_t al = strcspn(target + 7, "/?#");
+		if (!authority_is_ours(mc, target + 7, al))
+			return -2;
+		target += 7 + al;
+		if (!*target)
 			target = "/";
+		else if (*target != '/')
+			return -1;
 	}
+	if (h->n_host > 1 || (h->host && !authority_is_ours(mc, h->host, strlen(h->host))))
+		return -2;
 	repl_in(&r, mc);
 	sb_str(out, h->line);
 	sb_str(out, " ");
 	sb_replaced(out, &r, target, strlen(target));
 	sb_str(out, " HTTP/1.1\r\n");
+	if (!h->host) { /* not left to the upstream's default host */
+		char host[300];
+		bool v6 = strchr(mc->name, ':') != NULL;
+		snprintf(host, sizeof(host), "Host: %s%s%s", v6 ? "[" : "", mc->name,
+			 v6 ? "]" : "");
+		sb_str(out, host);
+		if (mc->port != (mc->tls ? 443 : 80)) {
+			snprintf(host, sizeof(host), ":%u", mc->port);
+			sb_str(out, host);
+		}
+		sb_str(out, "\r\n");
+	}
 	for (size_t i = 0; i < h->n; i++) {
 		const char *name = h->hdr[i][0];
 		bool ours = hop_or_stripped(name);
@@ -490,29 +577,37 @@ static int relay_response(struct mitm_conn *mc, bool head_req, bool client11, bo
 	bool until_close = body && !h.chunked && h.clen < 0;
 	bool out_chunked = body && client11;
 	bool done_after = close_after || h.conn_close || until_close || (body && !client11);
-	repl_out(&r, mc->t);
-	sb_replaced(&out, &r, h.line, strlen(h.line));
-	sb_str(&out, "\r\n");
+	struct sbuf raw = {0};
+	sb_str(&raw, h.line);
+	sb_str(&raw, "\r\n");
 	for (size_t i = 0; i < h.n; i++) {
 		const char *name = h.hdr[i][0];
 		if (ieq(name, "Connection") || ieq(name, "Keep-Alive") ||
 		    (body && (ieq(name, "Content-Length") || ieq(name, "Transfer-Encoding"))))
 			continue;
-		sb_str(&out, name);
-		sb_str(&out, ": ");
-		sb_replaced(&out, &r, h.hdr[i][1], strlen(h.hdr[i][1]));
-		sb_str(&out, "\r\n");
+		sb_str(&raw, name);
+		sb_str(&raw, ": ");
+		sb_str(&raw, h.hdr[i][1]);
+		sb_str(&raw, "\r\n");
 	}
 	if (out_chunked)
-		sb_str(&out, "Transfer-Encoding: chunked\r\n");
+		sb_str(&raw, "Transfer-Encoding: chunked\r\n");
 	if (done_after)
-		sb_str(&out, "Connection: close\r\n");
-	sb_str(&out, "\r\n");
+		sb_str(&raw, "Connection: close\r\n");
+	sb_str(&raw, "\r\n");
+	/* the whole head at once: a value echoed in a header's name (or
+	 * across name and value) is replaced too */
+	repl_out(&r, mc->t);
+	if (raw.oom)
+		out.oom = true;
+	else
+		sb_replaced(&out, &r, raw.p, raw.len);
+	sb_free(&raw);
 	if (out.oom || sbx_mside_write(&mc->c, out.p, out.len) < 0) {
-		free(out.p);
+		sb_free(&out);
 		return 0;
 	}
-	free(out.p);
+	sb_free(&out);
 	if (!body)
 		return !done_after;
 	struct sink k = {&mc->c, out_chunked, &r, &mc->m->bytes_down, mc->m};
@@ -521,6 +616,8 @@ static int relay_response(struct mitm_conn *mc, bool head_req, bool client11, bo
 			       : copy_n(&mc->u, (uint64_t)h.clen, &k);
 	if (rc == 0)
 		rc = sink_end(&k);
+	if (r.held)
+		explicit_bzero(r.held, r.hlen);
 	free(r.held);
 	return rc == 0 && !done_after;
 }
@@ -549,15 +646,20 @@ static int one_request(struct mitm_conn *mc)
 	bool head_req = !strncmp(h.line, "HEAD ", 5);
 	bool client11 = strstr(h.line, " HTTP/1.1") != NULL;
 	bool close_after = !mc->tls || h.conn_close || !client11;
-	if (rewrite_request(mc, &h, close_after, &out) < 0) {
-		free(out.p);
-		answer(mc, "400 Bad Request", "malformed request line");
+	if ((rc = rewrite_request(mc, &h, close_after, &out)) < 0) {
+		sb_free(&out);
+		if (rc == -2)
+			answer(mc, "421 Misdirected Request",
+			       "the Host header or request target names another host than the "
+			       "tunnel's");
+		else
+			answer(mc, "400 Bad Request", "malformed request line");
 		return 0;
 	}
 	/* the body keeps its framing (its length header is copied as sent) */
 	struct sink k = {&mc->u, h.chunked, NULL, &mc->m->bytes_up, mc->m};
 	rc = sbx_mside_write(&mc->u, out.p, out.len);
-	free(out.p);
+	sb_free(&out);
 	if (rc < 0 || (h.chunked ? copy_chunked(&mc->c, &k) || sink_end(&k)
 				 : h.clen > 0 && copy_n(&mc->c, (uint64_t)h.clen, &k))) {
 		answer(mc, "502 Bad Gateway", "the request could not be passed on");

@@ -51,6 +51,8 @@ int sbx_repl_feed(struct repl *r, const char *in, size_t n, bool final, out_fn o
 		rc = -1;
 		goto done;
 	}
+	if (r->held) /* both ways, one side of it is a value */
+		explicit_bzero(r->held, r->hlen);
 	free(r->held);
 	r->held = NULL;
 	r->hlen = keep;
@@ -62,6 +64,7 @@ int sbx_repl_feed(struct repl *r, const char *in, size_t n, bool final, out_fn o
 		memcpy(r->held, w + wl - keep, keep);
 	}
 done:
+	explicit_bzero(w, wl);
 	free(w);
 	return rc;
 }

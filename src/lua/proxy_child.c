@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -155,6 +156,11 @@ static __attribute__((noreturn)) void child_serve(lua_State *L, int listener, co
 	if (getppid() != parent)
 		_exit(0);
 	prctl(PR_SET_NAME, "sbx-proxy");
+	/* The session's secret values and its CA key live here, and what is
+	 * parsed here comes from the sandbox: a crash writes no core file
+	 * (and nothing of the host's user may ptrace it). */
+	prctl(PR_SET_DUMPABLE, 0);
+	setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0});
 	/* Nothing of the host's may stay open here: a session's control
 	 * socket held by us would keep its sandbox alive after the host
 	 * closed it. */

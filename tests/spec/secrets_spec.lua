@@ -238,6 +238,55 @@ s:close()
     assert.falsy(has(all, API_KEY), all)
   end)
 
+  -- The proxy child holds the values and the CA key and parses what the
+  -- sandbox sends: a crash there must not write them to a core file.
+  it("lets the proxy that holds the value dump no core", function()
+    local res, all = run([[
+local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" },
+  secrets = SECRETS }
+local me = io.open("/proc/self/stat"):read("*l"):match("^(%d+)")
+local n, limits = 0, {}
+for pid in io.popen("ls /proc"):lines() do
+  local f = pid:match("^%d+$") and io.open("/proc/" .. pid .. "/status")
+  local st = f and f:read("*a") or ""
+  if f then f:close() end
+  if st:match("^Name:%s*sbx%-proxy\n") and st:match("\nPPid:%s*" .. me .. "\n") then
+    n = n + 1
+    local l = io.open("/proc/" .. pid .. "/limits"):read("*a")
+    limits[#limits + 1] = table.concat({ l:match("Max core file size%s+(%S+)%s+(%S+)") }, " ")
+  end
+end
+out("proxies", n)
+out("core", table.concat(limits, ","))
+s:close()
+]])
+    assert.is_true(tonumber(res.proxies) >= 1, all) -- the control: the probe finds the proxy
+    for l in res.core:gmatch("[^,]+") do assert.are.equal("0 0", l, all) end
+  end)
+
+  -- One thread per intercepted connection: one session may hold at most
+  -- 128 of them (sbxd serves every session's proxy in one process).
+  it("caps a session's intercepted connections at 128", function()
+    local res, all = run([[
+local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" },
+  secrets = SECRETS }
+out("conns", s:exec([=[/usr/bin/python3 -c '
+import socket
+held, got = [], {}
+for i in range(132):
+    c = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+    c.sendall(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n")
+    line = c.recv(4096).split(b"\r\n")[0].decode()
+    code = line.split(" ")[1] if " " in line else "none"
+    got[code] = got.get(code, 0) + 1
+    held.append(c)
+print(" ".join("%s=%d" % kv for kv in sorted(got.items())))']=]).stdout)
+s:close()
+]])
+    -- the control: the first 128 do get their tunnel
+    assert.are.equal("200=128 502=4", res.conns, all)
+  end)
+
   it("refuses bad secrets without quoting the value", function()
     local res, all = run([[
 local base = { backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" } }
