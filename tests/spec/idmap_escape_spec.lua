@@ -106,3 +106,75 @@ describe_bw("bubblewrap's idmapped copies against a swapped path", function()
     victim_untouched()
   end)
 end)
+
+-- The setid guard: where the sandbox writes as a dir's owner (root's,
+-- through an idmap), no file of that owner may get a setuid or setgid bit,
+-- whether by chmod or by the mode a file is created with.
+local PROBE = [[
+import ctypes, errno, os, stat, struct, sys
+d = sys.argv[1]
+os.umask(0)
+def t(name, fn):
+    try:
+        fn(); print(name, "ok")
+    except OSError as e: print(name, errno.errorcode[e.errno])
+t("open", lambda: os.close(os.open(d + "/o", os.O_CREAT | os.O_WRONLY, 0o6755)))
+t("openat", lambda: os.close(os.open("a", os.O_CREAT | os.O_WRONLY, 0o4755, dir_fd=os.open(d, os.O_RDONLY))))
+t("mknod", lambda: os.mknod(d + "/m", stat.S_IFREG | 0o2755))
+def tmpfile():
+    fd = os.open(d, os.O_TMPFILE | os.O_WRONLY, 0o4755)
+    print("tmpfile mode", oct(os.fstat(fd).st_mode & 0o7777))
+t("tmpfile", tmpfile)
+def openat2():
+    libc = ctypes.CDLL(None, use_errno=True)
+    how = struct.pack("QQQ", os.O_CREAT | os.O_WRONLY, 0o4755, 0)
+    fd = libc.syscall(437, -100, (d + "/o2").encode(), how, len(how))
+    if fd < 0: raise OSError(ctypes.get_errno(), "openat2")
+t("openat2", openat2)
+t("plain", lambda: os.close(os.open(d + "/p", os.O_CREAT | os.O_WRONLY, 0o755)))
+for f in sorted(f for f in os.listdir(d) if f[0] != "."):
+    print(f, oct(os.lstat(d + "/" + f).st_mode & 0o7777))
+]]
+
+local BACKENDS = { "userns" }
+if has_bwrap then BACKENDS[#BACKENDS + 1] = "bubblewrap" end
+if is_root then BACKENDS[#BACKENDS + 1] = "privileged" end
+local describe_root = (is_root and T.has_core()) and describe
+  or function(name) pending(name .. " (needs root and sbx.core)") end
+
+describe_root("the setid guard on an idmapped read_write_path", function()
+  local base, policy
+  before_each(function()
+    base = sh("mktemp -d /var/tmp/sbx-idmap-setid.XXXXXX"):gsub("\n$", "")
+    assert.equal(0, os.execute("mkdir " .. q(base .. "/rw") .. " && chmod 755 " .. q(base) .. " " .. q(base .. "/rw")))
+    local f = assert(io.open(base .. "/probe.py", "w"))
+    f:write(PROBE)
+    f:close()
+    policy = base .. "/policy.lua"
+    f = assert(io.open(policy, "w"))
+    f:write('return { name = "idmap-setid", ceilings = { backends = { "userns", "privileged", "bubblewrap" } } }\n')
+    f:close()
+  end)
+  after_each(function() os.execute("rm -rf " .. q(base)) end)
+
+  for _, be in ipairs(BACKENDS) do
+    it(be .. ": creating a file of root's with a setuid/setgid mode is refused", function()
+      local s = T.sbx.session { backend = be, policy = policy, read_write_paths = { base .. "/rw" },
+        read_only_paths = { base .. "/probe.py" } }
+      local r = s:exec("/usr/bin/python3 " .. q(base .. "/probe.py") .. " " .. q(base .. "/rw"))
+      s:close()
+      assert.equal(0, r.returncode, T.show(r))
+      assert.equal("open EPERM\nopenat EPERM\nmknod EPERM\ntmpfile EPERM\nopenat2 ENOSYS\nplain ok\n"
+        .. "p 0o755\n", r.stdout)
+      assert.equal("0:0", sh("stat -c %u:%g " .. q(base .. "/rw/p")):gsub("\n$", ""))
+      -- Control: where nothing is idmapped (the session's own work dir)
+      -- the guard is off, and the probe sees the bits it asked for.
+      s = T.sbx.session { backend = be, policy = policy, read_only_paths = { base .. "/probe.py" } }
+      r = s:exec("/usr/bin/python3 " .. q(base .. "/probe.py") .. " /tmp/sandbox-work")
+      s:close()
+      assert.equal(0, r.returncode, T.show(r))
+      assert.equal("open ok\nopenat ok\nmknod ok\ntmpfile mode 0o4755\ntmpfile ok\nopenat2 ok\n"
+        .. "plain ok\na 0o4755\nm 0o2755\no 0o6755\no2 0o4755\np 0o755\n", r.stdout)
+    end)
+  end
+end)
