@@ -65,16 +65,18 @@ static int make_idmap(sbx_session *s, sbx_err *err)
 			return -1;
 		}
 		s->direct.idmap_fd[s->direct.n_idmap] = fd;
+		s->direct.idmap_stage[s->direct.n_idmap] = false;
 		s->direct.idmap_path[s->direct.n_idmap++] = s->fs.e[i].src;
 	}
 	/* A pinned work dir: this run's copy over the stage (session.c). */
 	if (s->direct.bwrap_argv && s->work_stage[0] && s->direct.n_idmap < SBX_MAX_CARRY) {
-		int fd = sbx_idmap_copy("work_dir", s->work_dir, s->work_ns, err);
+		int fd = sbx_idmap_copy("work_dir", s->work_dir, s->work_fd, s->work_ns, err);
 		if (fd < 0) {
 			drop_idmap(s);
 			return -1;
 		}
 		s->direct.idmap_fd[s->direct.n_idmap] = fd;
+		s->direct.idmap_stage[s->direct.n_idmap] = true;
 		s->direct.idmap_path[s->direct.n_idmap++] = s->work_stage;
 	}
 	return 0;

@@ -86,13 +86,15 @@ static int map_userns(uid_t from_uid, gid_t from_gid, uid_t to_uid, gid_t to_gid
 	return fd;
 }
 
-/* A detached copy of the mount tree at path (nosuid, nodev), idmapped with
- * ns unless ns is -1: fd, -1 with err (what names the path's role), or -2
- * when this file system has no idmapped mounts. */
-static int tree_with(const char *what, const char *path, int ns, sbx_err *err)
+/* A detached copy of the mount tree at path, or at fd when fd >= 0 (path
+ * then only names it in errors), nosuid, nodev, idmapped with ns unless ns
+ * is -1: fd, -1 with err (what names the path's role), or -2 when this
+ * file system has no idmapped mounts. */
+static int tree_with(const char *what, const char *path, int fd, int ns, sbx_err *err)
 {
-	int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path,
-				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+	int tree = (int)syscall(SYS_open_tree, fd >= 0 ? fd : AT_FDCWD, fd >= 0 ? "" : path,
+				OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
+					(fd >= 0 ? AT_EMPTY_PATH : 0));
 	if (tree < 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "%s %s: open_tree: %s", what, path,
 				   strerror(errno));
@@ -129,17 +131,26 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 		 * sandbox's already). */
 		for (size_t b = 0; b < o->n_binds && !bound; b++)
 			bound = o->binds[b].writable && e->src == o->binds[b].path;
-		if (e->kind != SBX_FS_BIND || !bound || stat(e->src, &st) != 0 ||
-		    (st.st_uid == to_uid && st.st_gid == to_gid))
+		if (e->kind != SBX_FS_BIND || !bound)
 			continue;
+		/* The path as it is now, before any run: later copies are of
+		 * this dir, wherever a run (or anyone) moves it or whatever
+		 * it puts at its path (a symlink to /etc). */
+		int src = open(e->src, O_PATH | O_CLOEXEC);
+		if (src < 0 || fstat(src, &st) != 0 ||
+		    (st.st_uid == to_uid && st.st_gid == to_gid)) {
+			if (src >= 0)
+				close(src);
+			continue;
+		}
 		/* Root of a user namespace (not the host's) cannot map ids
 		 * nor idmap: the plain bind stays. */
 		int ns = map_userns(st.st_uid, st.st_gid, to_uid, to_gid);
-		if (ns < 0)
-			continue;
-		int tree = tree_with("read_write_paths", e->src, ns, err);
+		int tree = ns < 0 ? -2 : tree_with("read_write_paths", e->src, src, ns, err);
 		if (tree == -1 || tree == -2) {
-			close(ns);
+			if (ns >= 0)
+				close(ns);
+			close(src);
 			if (tree == -1)
 				return -1;
 			continue;
@@ -149,8 +160,10 @@ int sbx_idmap_prepare(sbx_rootfs *fs, const sbx_session_opts *o, uid_t to_uid, g
 			/* Each run attaches a fresh copy (sbx_idmap_tree). */
 			close(tree);
 			e->idmap_ns = ns;
+			e->src_fd = src;
 		} else {
 			close(ns);
+			close(src);
 			e->mount_fd = tree;
 		}
 	}
@@ -188,7 +201,7 @@ int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gi
 	if (per_run) {
 		/* Each run gets its copy (sbx_idmap_copy); one now says
 		 * whether the idmap works before any run. */
-		if (*ns >= 0 && (tree = tree_with("work_dir", work_dir, *ns, err)) >= 0)
+		if (*ns >= 0 && (tree = tree_with("work_dir", work_dir, -1, *ns, err)) >= 0)
 			close(tree);
 	} else {
 		/* The zygote is another uid than the host: a work dir below a
@@ -200,7 +213,7 @@ int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gi
 			sbx_fs_entry *e = &fs->e[i];
 			if (e->kind != SBX_FS_BIND || e->src != work_dir || e->mount_fd >= 0)
 				continue;
-			tree = tree_with("work_dir", work_dir, *ns, err);
+			tree = tree_with("work_dir", work_dir, -1, *ns, err);
 			e->mount_fd = tree < 0 ? -1 : tree;
 			if (tree < 0 && *ns < 0)
 				tree = 0;
@@ -215,9 +228,9 @@ int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gi
 	return work_dir_refused(work_dir, owner_uid, owner_gid, to_uid, to_gid, err);
 }
 
-int sbx_idmap_copy(const char *what, const char *path, int ns, sbx_err *err)
+int sbx_idmap_copy(const char *what, const char *path, int fd, int ns, sbx_err *err)
 {
-	int tree = tree_with(what, path, ns, err);
+	int tree = tree_with(what, path, fd, ns, err);
 	if (tree == -2)
 		return sbx_err_set(err, SBX_E_EXECUTION, EINVAL, "%s %s: its idmap was refused",
 				   what, path);
@@ -226,7 +239,7 @@ int sbx_idmap_copy(const char *what, const char *path, int ns, sbx_err *err)
 
 int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err)
 {
-	return sbx_idmap_copy("read_write_paths", e->src, e->idmap_ns, err);
+	return sbx_idmap_copy("read_write_paths", e->src, e->src_fd, e->idmap_ns, err);
 }
 
 int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg)
@@ -239,8 +252,25 @@ int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg)
 	if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL) != 0)
 		return -1;
 	for (size_t i = 0; i < cfg->n_idmap; i++) {
-		if (syscall(SYS_move_mount, cfg->idmap_fd[i], "", AT_FDCWD, cfg->idmap_path[i],
-			    MOVE_MOUNT_F_EMPTY_PATH) != 0)
+		/* A read_write_path's copy goes over that same dir only: a
+		 * run may have replaced a component of its path since (its
+		 * work dir holding the path's parent), and bwrap would bind
+		 * whatever the path now leads to.  Refused: ESTALE. */
+		struct stat want, got;
+		int at = open(cfg->idmap_path[i], O_PATH | O_CLOEXEC);
+		if (at < 0)
+			return -1;
+		if (!cfg->idmap_stage[i] &&
+		    (fstat(cfg->idmap_fd[i], &want) != 0 || fstat(at, &got) != 0 ||
+		     want.st_dev != got.st_dev || want.st_ino != got.st_ino)) {
+			close(at);
+			errno = ESTALE;
+			return -1;
+		}
+		int rc = (int)syscall(SYS_move_mount, cfg->idmap_fd[i], "", at, "",
+				      MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+		close(at);
+		if (rc != 0)
 			return -1;
 		close(cfg->idmap_fd[i]);
 	}
@@ -256,6 +286,10 @@ void sbx_idmap_close(sbx_rootfs *fs, bool all)
 		if (all && fs->e[i].idmap_ns >= 0) {
 			close(fs->e[i].idmap_ns);
 			fs->e[i].idmap_ns = -1;
+		}
+		if (all && fs->e[i].src_fd >= 0) {
+			close(fs->e[i].src_fd);
+			fs->e[i].src_fd = -1;
 		}
 	}
 }

@@ -170,12 +170,15 @@ int sbx_idmap_tree(const sbx_fs_entry *e, sbx_err *err);
  * -1 with err. */
 int sbx_idmap_work_dir(sbx_rootfs *fs, const char *work_dir, uid_t owner_uid, gid_t owner_gid,
 		       uid_t to_uid, gid_t to_gid, bool per_run, int *ns, sbx_err *err);
-/* A detached nosuid, nodev copy of path's mount, idmapped with ns unless
- * -1 (what names path's role in errors): fd, or -1 with err. */
-int sbx_idmap_copy(const char *what, const char *path, int ns, sbx_err *err);
+/* A detached nosuid, nodev copy of path's mount (of fd's, when fd >= 0:
+ * the dir pinned at the session's start, whatever is at path now),
+ * idmapped with ns unless -1 (what names path's role in errors): fd, or -1
+ * with err. */
+int sbx_idmap_copy(const char *what, const char *path, int fd, int ns, sbx_err *err);
 void sbx_idmap_close(sbx_rootfs *fs, bool all);
 /* In a bubblewrap run's workload, still root: a mount namespace of its
- * own with cfg's idmapped copies over their paths.  0, or -1 with errno. */
+ * own with cfg's idmapped copies over their paths.  0, or -1 with errno
+ * (ESTALE: a read_write_path's path leads to another dir than its copy's). */
 int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg);
 
 /* Most mounts carried under a run's fresh /tmp and /dev/shm. */
@@ -217,6 +220,7 @@ struct sbx_zygote_cfg {
 	 * the host process's memory only (never the zygote's). */
 	int idmap_fd[SBX_MAX_CARRY];
 	const char *idmap_path[SBX_MAX_CARRY];
+	bool idmap_stage[SBX_MAX_CARRY]; /* over the stage, not the dir it copies */
 	size_t n_idmap;
 	int netns_fd[SBX_NET_NMODES]; /* one network namespace per mode, or -1 */
 	sbx_net warm_mode;	      /* the mode of the first warm inits */

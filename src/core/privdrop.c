@@ -107,7 +107,11 @@ static int drop_bubblewrap(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop
 	if (set_rlimits(cfg) < 0)
 		return failed(f, "rlimits");
 	if (sbx_idmap_attach_private(cfg) < 0)
-		return failed(f, "attach the copies of read_write_paths and the work dir");
+		return failed(f,
+			      errno == ESTALE
+				      ? "a read_write_path's host path leads elsewhere than at the "
+					"session's start (a component was replaced): refused"
+				      : "attach the copies of read_write_paths and the work dir");
 	if (drop_groups() < 0 || set_ids(cfg) < 0 || no_new_privs() < 0)
 		return failed(f, "become the sandbox's host user");
 	if (close_on_exec() < 0)

@@ -25,7 +25,7 @@ static sbx_fs_entry *add(sbx_rootfs *fs, sbx_fs_kind kind, const char *src, cons
 	sbx_fs_entry *e = &fs->e[fs->n++];
 	memset(e, 0, sizeof(*e));
 	e->kind = kind;
-	e->mount_fd = e->idmap_ns = -1;
+	e->mount_fd = e->idmap_ns = e->src_fd = -1;
 	e->src = src;
 	e->dst = dst;
 	return e;

@@ -41,6 +41,7 @@ typedef struct sbx_fs_entry {
 	char *own;	 /* a path above that the entry owns, or NULL */
 	int mount_fd;	 /* BIND: a detached mount to attach instead (idmap.c), or -1 */
 	int idmap_ns;	 /* BIND: the user namespace of its idmap (bubblewrap), or -1 */
+	int src_fd;	 /* BIND with idmap_ns: src as opened at the session's start, or -1 */
 } sbx_fs_entry;
 
 /* Most entries a description holds. */

@@ -424,8 +424,9 @@ int sbx_seccomp_selfcheck(sbx_err *err);
  */
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err);
-/* The same, and with no_setid chmod/fchmod/fchmodat/fchmodat2 refuse a
- * setuid or setgid bit (EPERM): sessions with an idmapped bind (idmap.c). */
+/* The same, and with no_setid chmod/fchmod/fchmodat/fchmodat2, creat, and
+ * open/openat/mknod/mknodat that create refuse a setuid or setgid bit
+ * (EPERM), openat2 answers ENOSYS: sessions with an idmapped bind (idmap.c). */
 struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
 					     bool no_setid, sbx_err *err);
 void sbx_seccomp_free(struct sock_fprog *prog);

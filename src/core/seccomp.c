@@ -22,6 +22,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/netlink.h>
@@ -348,6 +349,31 @@ static const struct sock_filter blk_mknodat[] = BLK_MKNOD(2);
 }
 static const struct sock_filter blk_chmod[] = BLK_NO_SETID(1);
 static const struct sock_filter blk_fchmodat[] = BLK_NO_SETID(2);
+/* open (flags: argument 1, mode: 2), openat (2, 3): a mode that creates
+ * (O_CREAT, O_TMPFILE) has no setuid or setgid bit. */
+#define BLK_OPEN_NO_SETID(flags, mode) {      \
+	LD(ARG_LO(flags)),                        \
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, O_CREAT | __O_TMPFILE, 0, 3), \
+	LD(ARG_LO(mode)),                         \
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, S_ISUID | S_ISGID, 0, 1), \
+	RET(RET_ERRNO(EPERM)),                    \
+	RET(RET_ALLOW),                           \
+}
+static const struct sock_filter blk_open[] = BLK_OPEN_NO_SETID(1, 2);
+static const struct sock_filter blk_openat[] = BLK_OPEN_NO_SETID(2, 3);
+/* mknod's own rule (no devices) and no setuid or setgid bit. */
+#define BLK_MKNOD_NO_SETID(arg) {         \
+	LD(ARG_LO(arg)),                      \
+	BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, S_ISUID | S_ISGID, 3, 0), \
+	BPF_STMT(BPF_ALU | BPF_AND | BPF_K, S_IFMT), \
+	JEQ(S_IFCHR, 1, 0),                   \
+	JEQ(S_IFBLK, 0, 1),                   \
+	RET(RET_ERRNO(EPERM)),                \
+	RET(RET_ALLOW),                       \
+}
+static const struct sock_filter blk_mknod_nosetid[] = BLK_MKNOD_NO_SETID(1);
+static const struct sock_filter blk_mknodat_nosetid[] = BLK_MKNOD_NO_SETID(2);
+static const struct sock_filter blk_nosys[] = { RET(RET_ERRNO(ENOSYS)) };
 static const struct sock_filter blk_personality[] = {
 	/* Only PER_LINUX and the query: no READ_IMPLIES_EXEC, no
 	 * ADDR_NO_RANDOMIZE, no other execution domain. */
@@ -404,6 +430,11 @@ static const struct {
 	[SBX_SC_PRLIMIT64] = {blk_prlimit64, N_OF(blk_prlimit64)},
 	[SBX_SC_CHMOD] = {blk_chmod, N_OF(blk_chmod)},
 	[SBX_SC_FCHMODAT] = {blk_fchmodat, N_OF(blk_fchmodat)},
+	[SBX_SC_OPEN] = {blk_open, N_OF(blk_open)},
+	[SBX_SC_OPENAT] = {blk_openat, N_OF(blk_openat)},
+	[SBX_SC_MKNOD_NOSETID] = {blk_mknod_nosetid, N_OF(blk_mknod_nosetid)},
+	[SBX_SC_MKNODAT_NOSETID] = {blk_mknodat_nosetid, N_OF(blk_mknodat_nosetid)},
+	[SBX_SC_NOSYS] = {blk_nosys, N_OF(blk_nosys)},
 };
 
 /* A run of numbers [start, next segment's start) with one answer: a
@@ -532,7 +563,7 @@ struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char
 
 		if (nr > next)
 			sbx_seg_add(seg, &nseg, next, RET_ERRNO(ENOSYS), -1);
-		if (v[i].action == SBX_SC_ALLOWED && no_setid && sbx_setid_block(v[i].name) >= 0)
+		if (v[i].action != SBX_SC_REFUSED && no_setid && sbx_setid_block(v[i].name) >= 0)
 			sbx_seg_add(seg, &nseg, nr, 0, sbx_setid_block(v[i].name));
 		else if (v[i].action == SBX_SC_ALLOWED)
 			sbx_seg_add(seg, &nseg, nr, RET_ALLOW, -1);

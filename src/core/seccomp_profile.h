@@ -87,18 +87,26 @@ enum sbx_sc_args_id {
 	SBX_SC_CLONE, SBX_SC_IOCTL, SBX_SC_MKNOD, SBX_SC_MKNODAT,
 	SBX_SC_PERSONALITY, SBX_SC_SOCKET, SBX_SC_SOCKETPAIR, SBX_SC_PRLIMIT64,
 	/* Only in sessions with an idmapped bind (sbx_seccomp_compile_setid). */
-	SBX_SC_CHMOD, SBX_SC_FCHMODAT,
+	SBX_SC_CHMOD, SBX_SC_FCHMODAT, SBX_SC_OPEN, SBX_SC_OPENAT,
+	SBX_SC_MKNOD_NOSETID, SBX_SC_MKNODAT_NOSETID, SBX_SC_NOSYS,
 };
 /* With an idmapped bind, what the sandbox writes there is the dir owner's on
  * the host (root's, say): it must never make a setuid/setgid program of
  * theirs.  Writing a file clears those bits (the sandbox has no
- * CAP_FSETID), so a chmod is the one way: refused with these bits. */
+ * CAP_FSETID), so the ways are a chmod and the mode a file is created with
+ * (open/openat/creat with O_CREAT or O_TMPFILE, mknod of a regular file):
+ * refused with these bits.  openat2's mode is behind a pointer the filter
+ * cannot read: ENOSYS, as on a kernel before 5.6 (callers fall back to
+ * openat). */
 static const struct {
 	const char *name;
 	enum sbx_sc_args_id id;
 } sbx_sc_setid[] = {
 	{ "chmod", SBX_SC_CHMOD }, { "fchmod", SBX_SC_CHMOD },
 	{ "fchmodat", SBX_SC_FCHMODAT }, { "fchmodat2", SBX_SC_FCHMODAT },
+	{ "creat", SBX_SC_CHMOD }, { "open", SBX_SC_OPEN }, { "openat", SBX_SC_OPENAT },
+	{ "mknod", SBX_SC_MKNOD_NOSETID }, { "mknodat", SBX_SC_MKNODAT_NOSETID },
+	{ "openat2", SBX_SC_NOSYS },
 };
 static const struct {
 	const char *name;
