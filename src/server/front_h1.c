@@ -88,6 +88,23 @@ void front_h1_release(conn *c)
 	c->h1_reserved = c->h1_relayed = 0;
 }
 
+/* An Upgrade: h2c request's body goes to h2o as it comes (h2o answers
+ * only once it has the whole request); only what follows it, the client's
+ * HTTP/2 preface and frames, waits for the 101.  -1 past the budgets. */
+static int h1_pass_upgrade_body(conn *c)
+{
+	size_t held = c->h1_hold.len - c->h1_hold.off;
+	size_t n = held < c->h1_up_body ? held : (size_t)c->h1_up_body;
+	if (!n)
+		return 0;
+	if (h1_charge(c, n) != 0)
+		return -1;
+	sbx_h2g_buf_put(&c->h1_up, c->h1_hold.data + c->h1_hold.off, n);
+	sbx_h2g_buf_consume(&c->h1_hold, n);
+	c->h1_up_body -= n;
+	return 0;
+}
+
 /* Client bytes of an HTTP/1.1 connection: 0, 1 (answered 503: close
  * after it), -1 (close now: a head too large, an upgrade we would not
  * see, too much held). */
@@ -101,7 +118,8 @@ int front_h1_from_client(conn *c, const uint8_t *d, size_t n)
 	}
 	sbx_h2g_buf_put(&c->h1_hold, d, n);
 	if (c->h1_state == H1_UPGRADE)
-		return c->h1_hold.len - c->h1_hold.off > CAP ? -1 : 0;
+		return h1_pass_upgrade_body(c) != 0 || c->h1_hold.len - c->h1_hold.off > CAP ? -1
+											     : 0;
 	/* H1_HEAD: the first request head, whole, before h2o sees it */
 	const uint8_t *h = c->h1_hold.data + c->h1_hold.off;
 	size_t len = c->h1_hold.len - c->h1_hold.off, end = 0, vl = 0;
@@ -118,10 +136,12 @@ int front_h1_from_client(conn *c, const uint8_t *d, size_t n)
 	/* its Content-Length against the server-wide body budget (reserved
 	 * until the connection closes); over --max-body stays h2o's 413 */
 	const char *v = h1_header(h, end, "content-length", &vl);
+	uint64_t body = 0;
 	if (v) {
 		uint64_t cl = strtoull(v, NULL, 10);
 		const sbx_h2g_limits *l = &sbx_front_o.lim;
 		if (cl <= l->max_body) {
+			body = cl;
 			if (F.held_total + cl > l->body_total || cl > l->body_conn) {
 				h1_answer_503(c);
 				return 1;
@@ -134,9 +154,15 @@ int front_h1_from_client(conn *c, const uint8_t *d, size_t n)
 	sbx_h2g_buf_put(&c->h1_up, h, end);
 	sbx_h2g_buf_consume(&c->h1_hold, end);
 	if (v && vl >= 3 && !strncasecmp(v, "h2c", 3)) {
-		/* hold what follows until h2o answers: 101 puts it under the guard */
+		/* A chunked body's end is h2o's to find, not ours: we could not
+		 * tell its last byte from the preface that follows. */
+		if (h1_header(h, end, "transfer-encoding", &vl))
+			return -1;
+		/* hold what follows the body until h2o answers: 101 puts it
+		 * under the guard */
 		c->h1_state = H1_UPGRADE;
-		return 0;
+		c->h1_up_body = body;
+		return h1_pass_upgrade_body(c);
 	}
 	c->h1_state = H1_PIPE;
 	h = c->h1_hold.data + c->h1_hold.off;
@@ -174,7 +200,9 @@ int front_h1_upgrade_answer(conn *c)
 		sbx_h2g_buf_free(&c->h1_hold);
 		return SBX_H2G_OK;
 	}
-	if (front_new_guard(c) != 0)
+	/* h2o switched before the whole body came: the rest could not be
+	 * told from HTTP/2 frames. */
+	if (c->h1_up_body || front_new_guard(c) != 0)
 		return SBX_H2G_CLOSE;
 	sbx_h2g_upgraded(c->g);
 	/* in order: the 101, then what the guard relays and says */

@@ -40,6 +40,7 @@ typedef struct conn {
 	size_t h1_scanned, h1_match;
 	bool h1_head_done;
 	uint64_t h1_reserved, h1_relayed; /* charged to held_total; sent since h2o spoke */
+	uint64_t h1_up_body;		  /* an upgrading request's body still owed to h2o */
 	sbx_h2g_buf cw, iw;		  /* being written to the client, to h2o */
 	bool client_paused, inner_paused;
 	uint64_t seen401, seen503;

@@ -231,6 +231,37 @@ describe_srv("sbx.remote transport failures", function()
     srv:cleanup()
   end)
 
+  it("a connection sbxd closed as idle is replaced: runs, uploads and opens go on", function()
+    -- sbxd closes connections idle for 1 s here; the client would reuse one
+    -- up to 5 s idle, so each round below finds its connection closed and
+    -- opens another, whose first request (a POST with a body) upgrades to
+    -- h2c: the front once held such a body back from h2o, which waited for
+    -- it, and every request after an idle spell ended "Empty reply".
+    local srv = assert(H.start { args = { "--conn-idle-timeout-s", "1" } })
+    local function idle_closes()
+      local body = srv:curl("/metrics", "-H", srv:auth())
+      return tonumber(body:match('sbxd_h2_goaway_total{reason="idle_timeout"} (%d+)')) or 0
+    end
+    local ok, err = pcall(function()
+      -- The upgrade with a body, as curl sends it: answered over HTTP/2.
+      local body, status = srv:curl("/v1/sessions", "--http2", "-D", "-", "-H", srv:auth(),
+        "-H", "content-type: application/json", "-d", "{}")
+      assert.equal(201, status, body)
+      assert.matches("^HTTP/1%.1 101 .*\nHTTP/2 201", body)
+      local s = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
+      for i = 1, 3 do
+        local n = idle_closes()
+        assert.is_true(T.wait_for(function() return idle_closes() > n end, 30), "sbxd closed no idle connection")
+        assert.equal("round " .. i .. "\n", s:exec("echo round " .. i).stdout)
+        s:put_bytes("f" .. i, "x" .. i)
+        assert.equal("x" .. i, s:get_bytes("f" .. i))
+      end
+      s:close()
+    end)
+    srv:cleanup()
+    assert(ok, err)
+  end)
+
   it("bad endpoints and tokens are InvalidArgument", function()
     raises("InvalidArgument", sbx.remote.session, { endpoint = "ftp://x", token = "abc" })
     raises("InvalidArgument", sbx.remote.session, { endpoint = "http://127.0.0.1:1" })

@@ -59,6 +59,9 @@ const char *curl_multi_strerror(int);
 ]]
 
 local M = {}
+-- Seconds a connection may sit idle and still be reused: below sbxd's
+-- default idle timeout of 10 s.
+M.IDLE_REUSE_S = 5
 
 local lib
 local function curl()
@@ -76,7 +79,11 @@ local OPT = {
   HTTP_VERSION = 84, UNIX_SOCKET_PATH = 10231, NOSIGNAL = 99, CONNECTTIMEOUT_MS = 156,
   TIMEOUT_MS = 155, CAINFO = 10065, SSL_VERIFYPEER = 64, SSL_VERIFYHOST = 81, PIPEWAIT = 237,
   HTTPGET = 80, ERRORBUFFER = 10010, POST = 47, HEADERFUNCTION = 20079, HEADERDATA = 10029,
+  MAXAGE_CONN = 288,
 }
+-- Plain-text endpoints: h2c by Upgrade on a connection's first request
+-- (Debian 12's libcurl 7.88 fails the second request of a reused
+-- prior-knowledge connection to h2o with "Error in the HTTP2 framing layer").
 local HTTP_VERSION_2_0, HTTP_VERSION_2TLS = 3, 4
 local INFO_RESPONSE_CODE, INFO_CONTENT_TYPE = 0x200002, 0x100012
 local MOPT_PIPELINING, PIPE_MULTIPLEX = 3, 2
@@ -183,6 +190,10 @@ function Conn:start(method, path, body, o)
   setopt(e, OPT.HTTP_VERSION, self.tls and HTTP_VERSION_2TLS or HTTP_VERSION_2_0)
   setopt(e, OPT.NOSIGNAL, 1)
   setopt(e, OPT.PIPEWAIT, 1)
+  -- sbxd closes a connection idle for 10 s (--conn-idle-timeout-s): one
+  -- idle this long is not reused, rather than found dead on use (a new one
+  -- costs a connect and an upgrade).
+  setopt(e, OPT.MAXAGE_CONN, M.IDLE_REUSE_S)
   setopt(e, OPT.CONNECTTIMEOUT_MS, self.opts.connect_timeout_ms or 5000)
   if o.timeout_ms and o.timeout_ms > 0 then setopt(e, OPT.TIMEOUT_MS, o.timeout_ms) end
   if self.opts.ca_file then setopt(e, OPT.CAINFO, self.opts.ca_file) end
