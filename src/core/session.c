@@ -287,8 +287,11 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "the session is still setting up (sbx_session_finish first)");
 	/* A given-back init that is ready costs the zygote nothing, and asks
-	 * for no new offer. */
-	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
+	 * for no new offer; but an offer of this mode set aside (sort_offers)
+	 * goes first: it is one the zygote counts as taken, and only its
+	 * taking asks for the next one, which a run of another mode may be
+	 * waiting for. */
+	if (s->spare[mode].sock < 0 && s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
 		return 0;
 	/* Every offer we take (used, set aside or dropped) asks for the
 	 * next one, in the mode of the run that took it: the zygote prepares

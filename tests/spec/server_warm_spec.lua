@@ -215,6 +215,42 @@ describe_core("warm runs", function()
       end
     end)
 
+    it("a run of one mode after two of another gets its warm run (an offer set aside asks for the next)", function()
+      -- Two allowlist runs, the second once the zygote's next offer is
+      -- waiting beside the first run's given-back init (sbxd sets such an
+      -- offer aside while the run takes the given-back init), then a
+      -- blocked run: it waited 10 s for an offer nobody had asked for
+      -- and failed (500 "no warm run ... came").
+      local srv = assert(H.start { args = { "--warm-idle-ms", "3600000" } })
+      finally(function() srv:cleanup() end)
+      local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
+        "-d", '{"network_mode":"allowlist"}')
+      assert.equal(201, status, body)
+      local id = H.json_field(body, "id")
+      local function run(tag, mode)
+        local b, st = srv:curl("/v1/sessions/" .. id .. "/runs", "-H", srv:auth(), "-H",
+          "content-type: application/json", "-d", ('{"cmd":"echo %s","network_mode":"%s"}'):format(tag, mode))
+        assert.equal(200, st, b)
+        assert.matches('"data":"' .. tag .. '\\n"', b)
+      end
+      for round = 1, 2 do
+        run("a" .. round, "allowlist")
+        -- the given-back init and the next offer, both there: the
+        -- processes under the zygote stop changing
+        local z, last, same = children(srv.pid, "sbx-zygote")[1], -1, 0
+        for _ = 1, 200 do
+          local n = #children(z, "sbx-init")
+          same = (n == last and n >= 2) and same + 1 or 0
+          last = n
+          if same == 3 then break end
+          os.execute("sleep 0.05")
+        end
+        assert.equal(3, same, "the zygote's processes did not settle")
+        run("a" .. round .. "x", "allowlist")
+        run("b" .. round, "blocked")
+      end
+    end)
+
     it("refuses --warm-runs 0 and 65 at start", function()
       for _, v in ipairs { "0", "65" } do
         local srv, err = H.start { args = { "--warm-runs", v } }
