@@ -152,45 +152,78 @@ static void take_ok(sbx_session *s)
 	sbx_pool_drop_offer(sock, pidfd, &rc);
 }
 
-static void test_an_offer_arriving_at_the_hosts_fd_limit_is_replaced(void **state_)
+/* A session whose one offer is there, and every fd below our limit taken
+ * but one: the offer's first fd fits, its second the kernel drops.  *old:
+ * the limit to restore after closing fill[0..*n). */
+static sbx_session *at_one_free_fd(int fill[64], int *n, struct rlimit *old)
 {
-	(void)state_;
-	if (geteuid() != 0)
-		skip();
 	sbx_session *s = open_session();
 	struct pollfd p = {s->ctl_fd, POLLIN, 0};
 	/* The offer is there (a bound for a broken build, not a timing check). */
 	assert_int_equal(poll(&p, 1, 60000), 1);
 
-	/* Every fd below the limit taken but one: the offer's first fd
-	 * fits, its second is dropped by the kernel. */
-	struct rlimit old, low;
-	int fill[64], n = 0, probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	struct rlimit low;
+	int probe = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	assert_true(probe >= 0);
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-	low = old;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, old), 0);
+	low = *old;
 	low.rlim_cur = (rlim_t)probe + 32;
 	close(probe);
 	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-	while (n < 64 && (fill[n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
-		n++;
-	assert_true(n < 64 && errno == EMFILE);
-	close(fill[--n]);
+	*n = 0;
+	while (*n < 64 && (fill[*n] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		(*n)++;
+	assert_true(*n < 64 && errno == EMFILE);
+	close(fill[--*n]);
+	return s;
+}
+
+static void restore_fds(int fill[64], int n, const struct rlimit *old)
+{
+	while (n > 0)
+		close(fill[--n]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, old), 0);
+}
+
+/* sbx_session_take_warm (sbxlua's runs). */
+static void test_an_offer_arriving_at_the_hosts_fd_limit_is_replaced(void **state_)
+{
+	(void)state_;
+	if (geteuid() != 0)
+		skip();
+	struct rlimit old;
+	int fill[64], n;
+	sbx_session *s = at_one_free_fd(fill, &n, &old);
 
 	int sock, pidfd;
 	sbx_run_cgroup rc;
 	sbx_err err;
 	memset(&err, 0, sizeof(err));
 	int r = sbx_session_take_warm(s, SBX_NET_BLOCKED, &sock, &pidfd, &rc, &err);
-	while (n > 0)
-		close(fill[--n]);
-	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	restore_fds(fill, n, &old);
 	/* With fds again, the offer asked for in its place comes (the
 	 * lost offer's take said why it failed). */
 	take_ok(s);
 	assert_int_equal(r, -1);
 	assert_int_equal(err.sys_errno, EMFILE);
 	assert_non_null(strstr(err.msg, "open-files limit"));
+	sbx_session_close(s, NULL);
+}
+
+/* sbx_session_offer_fd (sbxd's loop, which then waits on the fd it
+ * returns): the offer it read and lost is asked for again. */
+static void test_an_offer_sorted_at_the_hosts_fd_limit_is_replaced(void **state_)
+{
+	(void)state_;
+	if (geteuid() != 0)
+		skip();
+	struct rlimit old;
+	int fill[64], n;
+	sbx_session *s = at_one_free_fd(fill, &n, &old);
+	int fd = sbx_session_offer_fd(s, SBX_NET_BLOCKED);
+	restore_fds(fill, n, &old);
+	assert_int_equal(fd, s->ctl_fd);
+	take_ok(s);
 	sbx_session_close(s, NULL);
 }
 
@@ -279,6 +312,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_an_offer_arriving_at_the_hosts_fd_limit_is_replaced),
+		cmocka_unit_test(test_an_offer_sorted_at_the_hosts_fd_limit_is_replaced),
 		cmocka_unit_test(test_the_zygotes_offers_survive_its_uids_fds_in_flight),
 		cmocka_unit_test(test_a_refused_offer_says_why_and_is_replaced),
 	};
