@@ -214,15 +214,21 @@ describe("the sbxlua REPL under tmux", function()
     t:keys("!bash --norc", "<Enter>")
     t:keys("PS1='in-bash$ '", "<Enter>")
     t:wait_for("in-bash$ ")
-    t:keys("sh -c 'echo star''ted; exec sleep 300'", "<Enter>")
+    -- The job says "continued" on SIGCONT (the quotes keep the typed line
+    -- from matching what it prints).
+    t:keys([[sh -c 'trap "echo con""tinued" CONT; echo star''ted; while :; do sleep 1; done']], "<Enter>")
     t:wait_for("started\n")
     t:keys("<C-z>")
     t:wait_for("Stopped")
     t:keys("jobs -s | wc -l | sed 's/^/stopped=/'", "<Enter>")
     t:wait_for("stopped=1")
     t:keys("fg", "<Enter>")
-    -- fg prints the job's command line once it is in the foreground again.
+    -- Not the command line fg prints: bash prints it before it hands the
+    -- job the terminal, and a ^C typed then would reach bash.  bash sends
+    -- SIGCONT only once the job holds the terminal: the job's own
+    -- "continued" says the ^C will reach it.
     t:wait_for("in-bash$ fg\nsh -c")
+    t:wait_for("continued\n")
     t:keys("<C-c>")
     t:keys("echo rc=$?", "<Enter>")
     t:wait_for("rc=130")
