@@ -214,9 +214,12 @@ describe("the sbxlua REPL under tmux", function()
     t:keys("!bash --norc", "<Enter>")
     t:keys("PS1='in-bash$ '", "<Enter>")
     t:wait_for("in-bash$ ")
-    -- The job says "continued" on SIGCONT (the quotes keep the typed line
-    -- from matching what it prints).
-    t:keys([[sh -c 'trap "echo con""tinued" CONT; echo star''ted; while :; do sleep 1; done']], "<Enter>")
+    -- The job, one process (^Z stops all of it, ^C kills it: rc 130), says
+    -- "continued" on SIGCONT (the split strings keep the typed line from
+    -- matching what it prints).
+    t:keys([[python3 -c 'import signal as s, time; s.signal(s.SIGINT, s.SIG_DFL); ]]
+      .. [[s.signal(s.SIGCONT, lambda *a: print("con" "tinued", flush=True)); ]]
+      .. [[print("star" "ted", flush=True); time.sleep(300)']], "<Enter>")
     t:wait_for("started\n")
     t:keys("<C-z>")
     t:wait_for("Stopped")
@@ -227,7 +230,7 @@ describe("the sbxlua REPL under tmux", function()
     -- job the terminal, and a ^C typed then would reach bash.  bash sends
     -- SIGCONT only once the job holds the terminal: the job's own
     -- "continued" says the ^C will reach it.
-    t:wait_for("in-bash$ fg\nsh -c")
+    t:wait_for("in-bash$ fg\npython3 -c")
     t:wait_for("continued\n")
     t:keys("<C-c>")
     t:keys("echo rc=$?", "<Enter>")
