@@ -225,6 +225,52 @@ int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_e
 	return 0;
 }
 
+/*
+ * The zygote's RLIMIT_NOFILE.  nofile above our hard limit: the workloads
+ * cannot raise theirs (no CAP_SYS_RESOURCE of the host's), so root raises
+ * the zygote's, which every run inherits.  And the zygote's soft limit as
+ * high as we may set it (fs.nr_open with CAP_SYS_RESOURCE, else the hard
+ * limit): the kernel refuses to send fds (ETOOMANYREFS) once more are in
+ * flight from the sender's uid than the sender's soft limit, and that uid
+ * (the aux uid as root) is shared by every session's zygote on the host,
+ * whose unread offers are all in flight: under `ulimit -n 128` some 64
+ * warm offers waiting anywhere on the host were enough to lose ours.  The
+ * runs still get nofile: privdrop.c sets both of their limits.
+ */
+static int zygote_nofile(pid_t pid, const sbx_session_opts *o, sbx_err *err)
+{
+	struct rlimit nf;
+	unsigned long long nr_open = 0;
+
+	if (prlimit(pid, RLIMIT_NOFILE, NULL, &nf) != 0)
+		return 0;
+	if (o->nofile && nf.rlim_max < o->nofile) {
+		nf.rlim_max = o->nofile;
+		if (prlimit(pid, RLIMIT_NOFILE, &nf, NULL) != 0)
+			return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+					   "nofile = %llu: raise the sandbox's hard limit: %s",
+					   (unsigned long long)o->nofile, strerror(errno));
+	}
+	FILE *f = geteuid() == 0 ? fopen("/proc/sys/fs/nr_open", "re") : NULL;
+	if (f) {
+		if (fscanf(f, "%llu", &nr_open) != 1)
+			nr_open = 0;
+		fclose(f);
+	}
+	struct rlimit most = nf;
+	if (nr_open > most.rlim_max)
+		most.rlim_max = nr_open;
+	most.rlim_cur = most.rlim_max;
+	/* Best effort (raising the hard limit needs CAP_SYS_RESOURCE, which
+	 * root in a container may lack; then the soft one goes up to it): at
+	 * worst an offer fails and says why (zygote.c). */
+	if (prlimit(pid, RLIMIT_NOFILE, &most, NULL) != 0) {
+		nf.rlim_cur = nf.rlim_max;
+		(void)prlimit(pid, RLIMIT_NOFILE, &nf, NULL);
+	}
+	return 0;
+}
+
 /* Clone the zygote and let it set up; its ready message comes later
  * (sbx_zygote_backend_ready).  *prog stays the caller's (the zygote has
  * its own copy).  1, or -1 with err (the caller closes the session). */
@@ -281,19 +327,8 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 	if (!s->privileged &&
 	    sbx_userns_write_maps(pid, s->host_uid, s->host_gid, s->aux_uid, err) < 0)
 		goto fail;
-	/* nofile above our hard limit: the workloads cannot raise theirs
-	 * (no CAP_SYS_RESOURCE of the host's), so root raises the zygote's,
-	 * which every run inherits. */
-	struct rlimit nf;
-	if (o->nofile && prlimit(pid, RLIMIT_NOFILE, NULL, &nf) == 0 && nf.rlim_max < o->nofile) {
-		nf.rlim_max = o->nofile;
-		if (prlimit(pid, RLIMIT_NOFILE, &nf, NULL) != 0) {
-			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
-				    "nofile = %llu: raise the sandbox's hard limit: %s",
-				    (unsigned long long)o->nofile, strerror(errno));
-			goto fail;
-		}
-	}
+	if (zygote_nofile(pid, o, err) < 0)
+		goto fail;
 	close_all(procs, SBX_CG_NCTL);
 	/* With a memory ceiling, the OOM killer must take a run, never the
 	 * session: its runs get 1000 (zygote.c); the zygote itself -1000

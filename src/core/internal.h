@@ -300,6 +300,12 @@ int sbx_zygote_exec(int image_fd, const struct sbx_zygote_cfg *cfg, int listener
  * -1 when it is no blob at all; a damaged one is reported to the host and
  * ends the process. */
 int sbx_zygote_unpack(const char *fd_arg, struct sbx_zygote_cfg *cfg, int *listener);
+/* Zygote -> host: a message with fds, waiting up to SBX_ZYGOTE_SEND_WAIT_MS
+ * while the kernel refuses them for our uid's fds in flight (ETOOMANYREFS:
+ * that uid is shared by every session's zygote; other hosts reading their
+ * offers bring the count down).  0, or -1 with errno. */
+#define SBX_ZYGOTE_SEND_WAIT_MS 5000
+int sbx_zygote_send_fds(int ctl_fd, const void *buf, size_t len, const int *fds, size_t nfds);
 /* Zygote -> host: the ready message, with the listener and the open mode's
  * namespace when it says success. */
 int sbx_zygote_send_ready(int ctl_fd, struct sbx_proto_ready *ready, int listener, int open_ns);

@@ -73,8 +73,12 @@ static void *placer_main(void *arg)
 		if (n <= 0)
 			break; /* the zygote is gone: take sees the end */
 		if (n != sizeof(pl.off) || pl.off.magic != SBX_PROTO_MAGIC || nfds != 2) {
+			/* Fds missing from a whole offer: the kernel dropped
+			 * them at our open-files limit (MSG_CTRUNC). */
+			int e = n == sizeof(pl.off) && pl.off.magic == SBX_PROTO_MAGIC ? EMFILE
+										       : EPROTO;
 			pl.off.magic = SBX_PROTO_MAGIC;
-			pl.off.err_no = pl.off.err_no ? pl.off.err_no : EPROTO;
+			pl.off.err_no = pl.off.err_no ? pl.off.err_no : e;
 		}
 		if (pl.off.err_no == 0) {
 			sbx_err err;

@@ -51,8 +51,12 @@ uint64_t sbx_session_run_nofile(const sbx_session_opts *o)
 
 /* Wait for the zygote's next offer of a warm init (with a memory
  * ceiling: once the placer has put it in its run cgroup, *rc).  -1 with
- * err; -2 with err and errno when the offer came but was not placed
- * (ESRCH: its init died). */
+ * err (no offer came); -2 with err and errno when one came but cannot be
+ * used: not placed (ESRCH: its init died), the zygote could not prepare
+ * it, or its fds did not arrive (EMFILE: the kernel drops what a process
+ * at its open-files limit cannot take, MSG_CTRUNC).  An offer consumed
+ * is one fewer outstanding: on -2 the caller asks for the next (want),
+ * or the pool shrinks until runs wait for offers that never come. */
 int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
 			sbx_err *err)
 {
@@ -92,12 +96,25 @@ int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sb
 		errno = pl.place_errno;
 		return -2;
 	}
-	if (n != sizeof(off) || off.magic != SBX_PROTO_MAGIC || off.err_no != 0 || nfds != 2) {
+	if (n != sizeof(off) || off.magic != SBX_PROTO_MAGIC) {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
-		return sbx_err_set(err, SBX_E_EXECUTION, off.err_no,
-				   "the sandbox could not prepare a run: %s",
-				   off.err_no ? strerror(off.err_no) : "garbled offer");
+		return sbx_err_set(err, SBX_E_EXECUTION, EPROTO,
+				   "the sandbox could not prepare a run: garbled offer");
+	}
+	if (off.err_no != 0 || nfds != 2) {
+		int e = off.err_no ? (int)off.err_no : EMFILE;
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		if (off.err_no)
+			sbx_err_set(err, SBX_E_EXECUTION, e,
+				    "the sandbox could not prepare a run: %s", strerror(e));
+		else
+			sbx_err_set(err, SBX_E_EXECUTION, e,
+				    "the sandbox's offer of a run lost its descriptors: this "
+				    "process is at its open-files limit");
+		errno = e;
+		return -2;
 	}
 	*pidfd = fds[0];
 	*sock = fds[1];
@@ -233,8 +250,17 @@ static void sort_offers(sbx_session *s, sbx_net mode)
 		    off.magic != SBX_PROTO_MAGIC || off.err_no != 0)
 			return;
 		memset(&rc, 0, sizeof(rc));
-		if (sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, &err) < 0)
-			return; /* the zygote is gone: take says so */
+		int r = sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, &err);
+		/* Unusable (its fds lost at our fd limit): a warm one is
+		 * replaced, and take waits for the new one; an own-namespace
+		 * one is asked for again by the next take_own.  -1: the zygote
+		 * is gone, take says so. */
+		if (r == -2 && (uint32_t)got != SBX_NET_OWN)
+			(void)sbx_pool_send_want(s, mode);
+		else if (r == -2 && s->own_pending)
+			s->own_pending--;
+		if (r < 0)
+			return;
 		if ((uint32_t)got == SBX_NET_OWN) {
 			sbx_ownnet_keep(s, sock, pidfd, &rc);
 			continue;
@@ -310,8 +336,8 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			s->spare[mode].sock = s->spare[mode].pidfd = -1;
 			got = mode;
 		} else if ((rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
-			/* An offer that could not be placed still asks for
-			 * the next. */
+			/* An unusable offer (not placed, not prepared, its
+			 * fds lost) still asks for the next. */
 			int e = errno;
 			/* An own-namespace offer is not ours to fail on. */
 			if ((uint32_t)got == SBX_NET_OWN) {

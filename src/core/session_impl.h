@@ -149,8 +149,9 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 		  sbx_err *err);
 
 /* session.c, for session_ownnet.c: the zygote's next offer (-1 with err;
- * -2 with err and errno when it came but was not placed; *mode is the
- * offer's whenever it came), a want for the next offer of mode, and
+ * -2 with err and errno when it came but cannot be used, and the caller
+ * must ask for another; *mode is the offer's whenever it came), a want
+ * for the next offer of mode, and
  * letting an offer go. */
 int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
 			sbx_err *err);

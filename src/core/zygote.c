@@ -32,7 +32,12 @@
 #include "internal.h"
 
 /* Offer a warm init to the host: pidfd and request socket travel as
- * SCM_RIGHTS; err_no != 0 says why there is none. */
+ * SCM_RIGHTS; err_no != 0 says why there is none.  An offer whose fds the
+ * kernel refuses to carry (ETOOMANYREFS past SBX_ZYGOTE_SEND_WAIT_MS: more
+ * fds in flight from our uid, shared by every session's zygote, than our
+ * RLIMIT_NOFILE; ENOMEM) is offered as that failure, never dropped: the
+ * host counts on one answer per want, and would otherwise wait for a run
+ * that never comes. */
 static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock, sbx_net mode)
 {
 	struct sbx_proto_offer off;
@@ -43,7 +48,10 @@ static void offer(int ctl, int err_no, pid_t pid, int pidfd, int sock, sbx_net m
 	off.err_no = err_no;
 	off.pid = pid;
 	off.mode = mode;
-	(void)sbx_proto_send_fds(ctl, &off, sizeof(off), fds, err_no ? 0 : 2);
+	if (sbx_zygote_send_fds(ctl, &off, sizeof(off), fds, err_no ? 0 : 2) == 0 || err_no)
+		return;
+	off.err_no = errno ? errno : EIO;
+	(void)sbx_proto_send_fds(ctl, &off, sizeof(off), NULL, 0);
 }
 
 /* Start a warm init and offer it; the zygote keeps no copy of its fds, so

@@ -34,6 +34,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -55,6 +56,22 @@ struct blob_hdr {
 	int32_t listener;     /* allowlist proxy listener for the ready message, or -1 */
 };
 
+int sbx_zygote_send_fds(int ctl_fd, const void *buf, size_t len, const int *fds, size_t nfds)
+{
+	uint64_t until = sbx_monotonic_ms() + SBX_ZYGOTE_SEND_WAIT_MS;
+	int rc;
+
+	/* Polled: nothing tells us when the count goes down.  The zygote
+	 * serves nothing meanwhile, and would fail the same way if it did. */
+	while ((rc = sbx_proto_send_fds(ctl_fd, buf, len, fds, nfds)) != 0 &&
+	       errno == ETOOMANYREFS && sbx_monotonic_ms() < until) {
+		struct timespec ts = {0, 20 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		errno = ETOOMANYREFS;
+	}
+	return rc;
+}
+
 int sbx_zygote_send_ready(int ctl_fd, struct sbx_proto_ready *ready, int listener, int open_ns)
 {
 	int fds[2];
@@ -68,7 +85,7 @@ int sbx_zygote_send_ready(int ctl_fd, struct sbx_proto_ready *ready, int listene
 		fds[n++] = open_ns;
 		ready->fds |= SBX_READY_OPEN_NS;
 	}
-	return sbx_proto_send_fds(ctl_fd, ready, sizeof(*ready), fds, n);
+	return sbx_zygote_send_fds(ctl_fd, ready, sizeof(*ready), fds, n);
 }
 
 void sbx_zygote_fail(int ctl_fd, const sbx_err *err)

@@ -214,15 +214,24 @@ describe("the sbxlua REPL under tmux", function()
     t:keys("!bash --norc", "<Enter>")
     t:keys("PS1='in-bash$ '", "<Enter>")
     t:wait_for("in-bash$ ")
-    t:keys("sh -c 'echo star''ted; exec sleep 300'", "<Enter>")
+    -- The job, one process (^Z stops all of it, ^C kills it: rc 130), says
+    -- "continued" on SIGCONT (the split strings keep the typed line from
+    -- matching what it prints).
+    t:keys([[python3 -c 'import signal as s, time; s.signal(s.SIGINT, s.SIG_DFL); ]]
+      .. [[s.signal(s.SIGCONT, lambda *a: print("con" "tinued", flush=True)); ]]
+      .. [[print("star" "ted", flush=True); time.sleep(300)']], "<Enter>")
     t:wait_for("started\n")
     t:keys("<C-z>")
     t:wait_for("Stopped")
     t:keys("jobs -s | wc -l | sed 's/^/stopped=/'", "<Enter>")
     t:wait_for("stopped=1")
     t:keys("fg", "<Enter>")
-    -- fg prints the job's command line once it is in the foreground again.
-    t:wait_for("in-bash$ fg\nsh -c")
+    -- Not the command line fg prints: bash prints it before it hands the
+    -- job the terminal, and a ^C typed then would reach bash.  bash sends
+    -- SIGCONT only once the job holds the terminal: the job's own
+    -- "continued" says the ^C will reach it.
+    t:wait_for("in-bash$ fg\npython3 -c")
+    t:wait_for("continued\n")
     t:keys("<C-c>")
     t:keys("echo rc=$?", "<Enter>")
     t:wait_for("rc=130")
