@@ -398,11 +398,14 @@ static bool oom_counted(const sbx_run *r, bool wait)
  * run's own counter grew: then all of it was killed, or is now), or the
  * run died of SIGKILL (or a shell reported a child's: 137) and the counter
  * grows right after. */
-static bool ended_by_oom(const sbx_run *r)
+static bool ended_by_oom(sbx_run *r)
 {
 	if (!r->cg.version || (r->signalled && !r->oom_hit))
 		return false;
-	if (r->oom_hit || oom_counted(r, false))
+	/* Counted after the last look (check_oom): the same verdict. */
+	if (!r->oom_hit && oom_counted(r, false))
+		r->oom_hit = true;
+	if (r->oom_hit)
 		return true;
 	/* init itself was the victim: the whole run died with it. */
 	if (!r->got_exit)
@@ -513,7 +516,7 @@ static void finish(sbx_run *r)
 		/* The killer took a process of the run: all of it goes, even
 		 * when what was left exited before the next look (a shell
 		 * whose dd was the victim): the same status either way. */
-		if (!r->got_exit || r->oom_hit || oom_counted(r, false)) {
+		if (!r->got_exit || r->oom_hit) {
 			res->returncode = -SIGKILL;
 			res->signo = SIGKILL;
 		}
