@@ -82,6 +82,11 @@ describe("policy sections", function()
     assert.matches("ca%-certificates", etc)
     local forb = table.concat(eng.current.filesystem.forbidden, " ")
     assert.matches("/home", forb, 1, true)
+    -- schema.lua's built-in lists are a copy of default.lua's: they must not drift apart.
+    local def = require("sbx.policy").load(T.ROOT .. "/policies/default.lua").current.filesystem
+    for _, k in ipairs { "system_ro", "etc", "forbidden" } do
+      assert.same(def[k], eng.current.filesystem[k], k)
+    end
     -- Control: an explicit empty list is taken as given.
     local p2 = write(dir .. "/none.lua", "return { filesystem = { etc = {} } }\n")
     assert.same({}, require("sbx.policy").load(p2).current.filesystem.etc)
