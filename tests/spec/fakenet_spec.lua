@@ -20,11 +20,7 @@ local function root_net_state()
 end
 
 describe("fakenet", function()
-  local ok, why = F.available()
-  if not ok then
-    it("needs network namespaces", function() pending(why) end)
-    return
-  end
+  if not F.need(it, pending) then return end
 
   local name = F.unique("sbxfn")
   local net, before
@@ -124,20 +120,79 @@ t = socket.create_connection(("198.51.100.2", 9), 3); t.sendall(b"tcp-ping"); pr
     assert.are.equal("udp-ping\ntcp-ping\n", out)
   end)
 
+  it("runs sbxlua scripts as the host: results, output, status and environment", function()
+    local res, all, rc = net:script([[
+print("a line on stdout")
+out("addr", io.popen("ip -o -4 addr show"):read("*a"))
+out("multi", "a\nb \n")
+out("env", os.getenv("FN_X")) out("var", FN_V) out("state", os.getenv("SBX_STATE_DIR"))
+out("sbx", type(sbx.session))
+]], { env = { FN_X = "x y'z" }, vars = { FN_V = "v\"w\n" } })
+    assert.are.equal(0, rc, all)
+    assert.matches("198.51.100.1/24", res.addr, 1, true) -- the host netns, not the real one
+    assert.are.equal("a\\nb", res.multi)
+    assert.are.equal("x y'z", res.env)
+    assert.are.equal("v\"w", res.var)
+    assert.are.equal(net:work_dir() .. "/state", res.state)
+    assert.are.equal("function", res.sbx)
+    assert.matches("a line on stdout\n", all, 1, true)
+    assert.is_nil(res["a line on stdout"])
+    -- A script that fails says so in its status and output (the control: 0 above).
+    local res2, all2, rc2 = net:script('out("before", 1) error("fakenet-boom")')
+    assert.are_not.equal(0, rc2)
+    assert.matches("fakenet-boom", all2, 1, true)
+    assert.are.same({ before = "1" }, res2)
+    -- net:sbxlua runs a script file with the environment given.
+    local path = net:work_dir() .. "/plain.lua"
+    local f = assert(io.open(path, "w"))
+    f:write('io.write(os.getenv("FN_Y"), "\\n") os.exit(3)')
+    f:close()
+    local out, code = net:sbxlua(path, { FN_Y = "why" })
+    assert.are.equal(3, code, out)
+    assert.are.equal("why\n", out)
+  end)
+
   it("leaves the real network namespace untouched, and down removes everything", function()
     assert.are.equal("", before)
     assert.are.equal(before, root_net_state())
     local f = io.open("/etc/netns/" .. name .. "-host/resolv.conf")
     assert.truthy(f)
     f:close()
+    local work = net:work_dir()
+    assert.are.equal(0, select(2, F.run("test -d " .. F.quote(work))))
     net:down()
     net:down()
     net = nil
+    assert.are_not.equal(0, select(2, F.run("test -e " .. F.quote(work))))
     assert.is_nil(F.run("ip netns list"):find(name .. "-", 1, true))
     assert.is_nil(io.open("/etc/netns/" .. name .. "-host/resolv.conf"))
     assert.is_nil(io.open("/tmp/sbx-fakenet-" .. name .. "/zone"))
     local out = F.run("pgrep -f '[f]akenet_servers.py.*sbx-fakenet-" .. name .. "/' || true")
     assert.are.equal("", out)
     assert.are.equal(before, root_net_state())
+  end)
+end)
+
+describe("fakenet.need", function()
+  it("registers one pending test saying why when namespaces cannot be made, none when they can", function()
+    local tests, pendings = {}, {}
+    local function fake_it(name, body) tests[#tests + 1] = name body() end
+    local function fake_pending(why) pendings[#pendings + 1] = why end
+    local real = F.available
+    F.available = function() return false, "no netns here" end
+    local ok, got = pcall(F.need, fake_it, fake_pending)
+    F.available = real
+    assert(ok, got)
+    assert.is_false(got)
+    assert.are.same({ "needs network namespaces" }, tests)
+    assert.are.same({ "no netns here" }, pendings)
+    -- The control: available, nothing registered.
+    tests, pendings = {}, {}
+    F.available = function() return true end
+    ok, got = pcall(F.need, fake_it, fake_pending)
+    F.available = real
+    assert(ok, got)
+    assert.is_true(got)
+    assert.are.same({}, tests)
   end)
 end)
