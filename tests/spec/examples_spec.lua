@@ -73,8 +73,7 @@ describe("examples", function()
     local done, err = pcall(function()
       net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2",
         ["files.pythonhosted.org"] = "198.51.100.2" }
-      out, rc = sh(("ip netns exec %s env SBX_EXAMPLE_CA=%s %s examples/networking.lua"):format(
-        H.q(net.host_ns), H.q(net:ca_file()), H.q(H.SBXLUA)))
+      out, rc = net:sbxlua("examples/networking.lua", { SBX_EXAMPLE_CA = net:ca_file() })
     end)
     local queries = net:dns_queries()
     net:down()

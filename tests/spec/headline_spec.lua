@@ -19,13 +19,6 @@ local S = dofile(H.ROOT .. "/tests/server/harness.lua")
 local PY, PYVER = "sbxdemo", "1.2.3"
 local NPM, NPMVER = "sbx-demo-npm", "1.0.0"
 
-local function sh(cmd)
-  local h = assert(io.popen("(" .. cmd .. ") 2>&1; echo \"rc=$?\""))
-  local out = h:read("*a")
-  h:close()
-  return out, tonumber(out:match("rc=(%d+)%s*$"))
-end
-
 local function has(out, text)
   assert.is_truthy(out:find(text, 1, true), "missing " .. ("%q"):format(text) .. " in:\n" .. out)
 end
@@ -55,11 +48,10 @@ describe("the headline example against a local package index", function()
     return
   end
 
-  local net, dir, srv
+  local net, srv
 
   setup(function()
     net = F.up(F.unique("sbxhl"))
-    dir = H.mktemp_dir("headline")
     net:zone { ["pypi.org"] = "198.51.100.2", ["files.pythonhosted.org"] = "198.51.100.2",
                ["registry.npmjs.org"] = "198.51.100.2" }
     net:package_index { python = { PY, PYVER }, npm = { NPM, NPMVER } }
@@ -68,13 +60,14 @@ describe("the headline example against a local package index", function()
   teardown(function()
     if srv then srv:cleanup() end
     if net then net:down() end
-    if dir then H.rmtree(dir) end
   end)
 
-  -- Run a script in the fake host netns with the example's variables.
+  -- Run a script in the fake host netns with the example's variables (and
+  -- env's, a table).
   local function run(script, env)
-    return sh(("ip netns exec %s env SBX_EXAMPLE_CA=%s SBX_EXAMPLE_PACKAGE=%s SBX_EXAMPLE_NPM_PACKAGE=%s %s %s %s")
-      :format(H.q(net.host_ns), H.q(net:ca_file()), PY, NPM, env or "", H.q(H.SBXLUA), H.q(script)))
+    local vars = { SBX_EXAMPLE_CA = net:ca_file(), SBX_EXAMPLE_PACKAGE = PY, SBX_EXAMPLE_NPM_PACKAGE = NPM }
+    for k, v in pairs(env or {}) do vars[k] = v end
+    return net:sbxlua(script, vars)
   end
 
   local function requested(path)
@@ -88,13 +81,13 @@ describe("the headline example against a local package index", function()
     if not srv then
       srv = assert(S.start { netns = net.host_ns })
     end
-    return ("SBX_ENDPOINT=%s SBX_TOKEN=%s"):format(H.q(srv.url), H.q(srv.token.alice))
+    return { SBX_ENDPOINT = srv.url, SBX_TOKEN = srv.token.alice }
   end
 
   local WHEEL = "/packages/"
 
   it("control: with the network blocked, pip install reaches nothing and fails", function()
-    local path = dir .. "/blocked.lua"
+    local path = net:work_dir() .. "/blocked.lua"
     H.write_file(path, ([[
 local sbx = require "sbx"
 local s = sbx.session { backend = "userns", ca_certs = { os.getenv("SBX_EXAMPLE_CA") } }
@@ -124,7 +117,7 @@ s:close()
 
   it("install_and_compute.lua runs through sbxd with its session line changed", function()
     local env = sbxd()
-    local path = remote_copy("examples/install_and_compute.lua", dir)
+    local path = remote_copy("examples/install_and_compute.lua", net:work_dir())
     local before = #net:http_requests()
     local out, rc = run(path, env)
     assert.are.equal(0, rc, out)
@@ -147,7 +140,7 @@ s:close()
 
   it("npm_install.lua runs through sbxd with its session line changed", function()
     local env = sbxd()
-    local path = remote_copy("examples/npm_install.lua", dir)
+    local path = remote_copy("examples/npm_install.lua", net:work_dir())
     local out, rc = run(path, env)
     assert.are.equal(0, rc, out)
     has(out, ("%s=%s mean=2.5\n"):format(NPM, NPMVER))

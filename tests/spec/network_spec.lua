@@ -10,16 +10,9 @@
 -- on stdout/stderr cannot split or swallow a result.
 
 local F = require "net.fakenet"
-local H = require "spec.sec_helpers"
 
-local SBXLUA = H.SBXLUA
-
--- A session opened inside the script, and helpers it uses.
-local PRELUDE = [[
-local sbx = require "sbx"
-local RESULTS = assert(io.open(RESULTS_PATH, "w"))
-RESULTS:setvbuf("no")
-local function out(k, v) RESULTS:write(k .. "\t" .. (tostring(v):gsub("%s+$", ""):gsub("\n", "\\n")) .. "\n") end
+-- Helpers the scripts use (after net:script's prelude: sbx, out, CA).
+local HELPERS = [[
 local function sh(s, cmd, o) local r = s:exec(cmd, o) return r end
 -- A raw proxy request from inside the sandbox: send `req`, print the reply's first line.
 local RAW = [=[python3 -c '
@@ -37,38 +30,21 @@ local function raw(s, req) return s:exec(RAW .. "'" .. req .. "'").stdout:gsub("
 ]]
 
 describe("network modes", function()
-  local ok, why = F.available()
-  if not ok then
-    it("need network namespaces", function() pending(why) end)
-    return
-  end
+  if not F.need(it, pending) then return end
 
-  local name = F.unique("sbxnet")
-  local net, dir
+  local net
 
-  -- Run code (after PRELUDE) in the fake host netns; returns { key = value }, raw output.
+  -- Run code (after HELPERS) in the fake host netns; returns { key = value }, raw output.
   -- The script's sbxlua must exit 0: in the sanitizer build that includes
   -- LeakSanitizer's check at its exit, which would otherwise go unseen.
-  local function run(code, env)
-    local path, results = dir .. "/case.lua", dir .. "/results"
-    os.remove(results)
-    H.write_file(path, "local RESULTS_PATH = " .. string.format("%q", results) .. "\n" .. PRELUDE
-      .. "local CA = " .. string.format("%q", net:ca_file()) .. "\n" .. code)
-    local o, rc = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env " .. (env or "")
-      .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " " .. F.quote(SBXLUA) .. " " .. F.quote(path))
-    local got = H.read_file(results) or ""
+  local function run(code)
+    local res, o, rc = net:script(HELPERS .. code)
     assert.are.equal(0, rc, "the script's sbxlua failed:\n" .. o)
-    local t = {}
-    for line in got:gmatch("[^\n]+") do
-      local k, v = line:match("^([%w_]+)\t(.*)$")
-      if k then t[k] = v end
-    end
-    return t, o .. "\n-- results --\n" .. got, rc
+    return res, o, rc
   end
 
   setup(function()
-    net = F.up(name)
-    dir = H.mktemp_dir("netspec")
+    net = F.up(F.unique("sbxnet"))
     net:zone {
       ["pypi.org"] = "198.51.100.2",
       ["files.pythonhosted.org"] = "198.51.100.2",
@@ -81,7 +57,6 @@ describe("network modes", function()
 
   teardown(function()
     if net then net:down() end
-    if dir then H.rmtree(dir) end
   end)
 
   describe("allowlist", function()
@@ -235,10 +210,7 @@ local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_a
     end)
 
     it("does the same through sbxd, where open sessions work too", function()
-      local res, o = run([[
-package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. package.path
-local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
-local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+      local res, o = run(F.SBXD .. [[
 local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
   network_mode = "allowlist", network_allowlist = { "pypi.org" } }
 ]] .. script(""):gsub("s:close%(%)", function() return [[
@@ -444,10 +416,7 @@ local s = sbx.session{ backend = "userns", network_mode = "allowlist",
     end)
 
     it("does the same through sbxd", function()
-      local res, o = run([[
-package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. package.path
-local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
-local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+      local res, o = run(F.SBXD .. [[
 local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
   network_mode = "allowlist", network_allowlist = { "pypi.org", "far.test" } }
 ]] .. script(""):gsub("s:close%(%)\n$", function() return [[

@@ -11,7 +11,6 @@
 local F = require "net.fakenet"
 local H = require "spec.sec_helpers"
 
-local SBXLUA = H.SBXLUA
 local API_KEY = "sk-fakenet-5ecre7-0123456789abcdef" -- tests/net/fakenet_servers.py
 
 -- The runs' checks, the same on-device and through sbxd (s: a session).
@@ -85,51 +84,28 @@ out("ca_key", sh("grep -rl 'PRIVATE KEY' /etc/sbx . 2>/dev/null; echo done").std
 ]==]
 
 describe("secrets", function()
-  local ok, why = F.available()
-  if not ok then
-    it("need network namespaces", function() pending(why) end)
-    return
-  end
+  if not F.need(it, pending) then return end
 
-  local name = F.unique("sbxsec")
-  local net, dir
+  local net
 
   -- Run code in the fake host netns; returns { key = value }, everything it printed.
+  -- no_upstream_ca: the proxy trusts only the host's store, not the fake internet's CA.
   local function run(code, no_upstream_ca)
-    local path, results = dir .. "/case.lua", dir .. "/results"
-    os.remove(results)
-    H.write_file(path, "local RESULTS_PATH = " .. string.format("%q", results) .. "\n"
-      .. "local API_KEY = " .. string.format("%q", API_KEY) .. "\n"
-      .. "local FAKENET_CA = " .. string.format("%q", net:ca_file()) .. "\n" .. [[
-local sbx = require "sbx"
-local RESULTS = assert(io.open(RESULTS_PATH, "w"))
-RESULTS:setvbuf("no")
-local function out(k, v) RESULTS:write(k .. "\t" .. (tostring(v):gsub("%s+$", ""):gsub("\n", "\\n")) .. "\n") end
+    return net:script([[
 local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = "Authorization",
                               format = "Bearer %s" },
                   PLAIN_KEY = { value = "plain-5ecre7-value", hosts = { "far.test" }, insecure_http = true } }
-]] .. code)
-    local o, rc = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env SBX_SECRETS_UPSTREAM_CA="
-      .. (no_upstream_ca and "" or F.quote(net:ca_file())) .. " SBX_STATE_DIR=" .. F.quote(dir .. "/state") .. " "
-      .. F.quote(SBXLUA) .. " " .. F.quote(path) .. " 2>&1")
-    local got = H.read_file(results) or ""
-    local t = {}
-    for line in got:gmatch("[^\n]+") do
-      local k, v = line:match("^([%w_]+)\t(.*)$")
-      if k then t[k] = v end
-    end
-    return t, o .. "\n-- results --\n" .. got, rc
+]] .. code, { vars = { API_KEY = API_KEY },
+              env = { SBX_SECRETS_UPSTREAM_CA = no_upstream_ca and "" or net:ca_file() } })
   end
 
   setup(function()
-    net = F.up(name)
-    dir = H.mktemp_dir("secspec")
+    net = F.up(F.unique("sbxsec"))
     net:zone { ["pypi.org"] = "198.51.100.2", ["example.com"] = "198.51.100.2", ["far.test"] = "203.0.113.2" }
   end)
 
   teardown(function()
     if net then net:down() end
-    if dir then H.rmtree(dir) end
   end)
 
   local function has(s, needle) return s ~= nil and s:find(needle, 1, true) ~= nil end
@@ -177,7 +153,7 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
     local res, all = run([[
 local s = sbx.session{ backend = "userns", network_mode = "allowlist",
   network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS,
-  ca_certs = { FAKENET_CA } } -- example.com is not intercepted: its own CA
+  ca_certs = { CA } } -- example.com is not intercepted: its own CA
 ]] .. CHECKS .. [[
 local st = s:proxy_stats()
 out("intercepted", st.intercepted)
@@ -186,18 +162,15 @@ s:close()
 ]])
     check(res, all)
     assert.is_true(tonumber(res.intercepted) >= 8, all)
-    local g = F.run("grep -rl -- " .. F.quote(API_KEY) .. " " .. F.quote(dir .. "/state") .. "; echo done")
+    local g = F.run("grep -rl -- " .. F.quote(API_KEY) .. " " .. F.quote(net:work_dir() .. "/state") .. "; echo done")
     assert.are.equal("done", (g:gsub("%s+$", "")), g)
   end)
 
   it("does the same through sbxd, and no GET, /metrics or log line shows the value", function()
-    local res, all = run([[
-package.path = ]] .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. [[ .. package.path
-local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
-local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+    local res, all = run(F.SBXD .. [[
 local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
   network_mode = "allowlist", network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS,
-  ca_certs = { FAKENET_CA } }
+  ca_certs = { CA } }
 ]] .. CHECKS .. [[
 local function get(path)
   return SH.sh("curl -s --http2-prior-knowledge -H 'Authorization: Bearer " .. srv.token.alice .. "' "
@@ -227,7 +200,7 @@ out("log", srv:log())
     local before = auths()
     local res, all = run([[
 local s = sbx.session{ backend = "userns", network_mode = "allowlist",
-  network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS, ca_certs = { FAKENET_CA } }
+  network_allowlist = { "pypi.org", "example.com", "far.test" }, secrets = SECRETS, ca_certs = { CA } }
 out("secret_host", s:exec("curl -sS --max-time 60 -H \"Authorization: Bearer $API_KEY\" https://pypi.org/auth").stdout)
 out("control", s:exec("curl -sS --max-time 60 https://example.com/hello").stdout)
 s:close()
@@ -310,7 +283,7 @@ out("ctl_value", tostring(e4))
   end)
 
   it("lets a policy forbid, require and restrict secrets; hooks never see a value", function()
-    local pdir = dir .. "/pol"
+    local pdir = net:work_dir() .. "/pol"
     os.execute("mkdir -p " .. F.quote(pdir))
     local function pol(n, body)
       H.write_file(pdir .. "/" .. n .. ".lua", "return " .. body)

@@ -103,34 +103,13 @@ describe("ca_certs", function()
   end)
 
   describe("against HTTPS servers the CA signed", function()
-    local ok, why = F.available()
-    if not ok then
-      it("needs network namespaces", function() pending(why) end)
-      return
-    end
+    if not F.need(it, pending) then return end
     local net
     setup(function()
       net = F.up(F.unique("sbxtrust"))
       net:zone { ["pypi.org"] = F.ADDR.inet }
     end)
     teardown(function() if net then net:down() end end)
-
-    -- Runs a script under the fake host namespace; returns its key\tvalue lines.
-    local function run(code)
-      local path, results = dir .. "/case.lua", dir .. "/results"
-      os.remove(results)
-      H.write_file(path, "package.path = " .. string.format("%q", H.ROOT .. "/tests/?.lua;") .. " .. package.path\n"
-        .. "local sbx = require 'sbx'\nlocal CA = " .. string.format("%q", net:ca_file()) .. "\n"
-        .. "local R = assert(io.open(" .. string.format("%q", results) .. ", 'w'))\nR:setvbuf('no')\n"
-        .. "local function out(k, v)\n"
-        .. "  R:write(k .. '\\t' .. tostring(v):gsub('%s+$', ''):gsub('\\n', ' ') .. '\\n')\nend\n"
-        .. code)
-      local o = F.run("ip netns exec " .. F.quote(net.host_ns) .. " env SBX_STATE_DIR=" .. F.quote(dir .. "/state")
-        .. " " .. F.quote(H.SBXLUA) .. " " .. F.quote(path))
-      local t = {}
-      for k, v in (H.read_file(results) or ""):gmatch("([%w_]+)\t([^\n]*)") do t[k] = v end
-      return t, o .. "\n-- results --\n" .. (H.read_file(results) or "")
-    end
 
     local PROBES = [[
 local CURL = "curl -sS --max-time 60 https://pypi.org/hello"
@@ -151,7 +130,7 @@ end
     end
 
     it("lets curl and Python verify them on-device; without ca_certs they refuse", function()
-      local res, o = run(PROBES .. [[
+      local res, o = net:script(PROBES .. [[
 local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" },
   ca_certs = { CA } }
 probe("with", s) s:close()
@@ -166,9 +145,7 @@ probe("without", c) c:close()
     end)
 
     it("does the same through sbxd, which reads no file a request names", function()
-      local res, o = run(PROBES .. [[
-local SH = dofile(]] .. string.format("%q", H.ROOT .. "/tests/server/harness.lua") .. [[)
-local srv = SH.start{ tokens = { alice = "tok-alice-0123456789abcdefgh" } }
+      local res, o = net:script(PROBES .. F.SBXD .. [[
 local ok, err = pcall(function()
   -- The client reads its own CA file and sends the PEM.
   local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
