@@ -90,13 +90,17 @@ describe("secrets", function()
 
   -- Run code in the fake host netns; returns { key = value }, everything it printed.
   -- no_upstream_ca: the proxy trusts only the host's store, not the fake internet's CA.
+  -- The script's sbxlua must exit 0 (in the sanitizer build, LeakSanitizer's
+  -- check at its exit included).
   local function run(code, no_upstream_ca)
-    return net:script([[
+    local res, o, rc = net:script([[
 local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = "Authorization",
                               format = "Bearer %s" },
                   PLAIN_KEY = { value = "plain-5ecre7-value", hosts = { "far.test" }, insecure_http = true } }
 ]] .. code, { vars = { API_KEY = API_KEY },
               env = { SBX_SECRETS_UPSTREAM_CA = no_upstream_ca and "" or net:ca_file() } })
+    assert.are.equal(0, rc, "the script's sbxlua failed:\n" .. o)
+    return res, o, rc
   end
 
   setup(function()

@@ -130,13 +130,14 @@ end
     end
 
     it("lets curl and Python verify them on-device; without ca_certs they refuse", function()
-      local res, o = net:script(PROBES .. [[
+      local res, o, rc = net:script(PROBES .. [[
 local s = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" },
   ca_certs = { CA } }
 probe("with", s) s:close()
 local c = sbx.session{ backend = "userns", network_mode = "allowlist", network_allowlist = { "pypi.org" } }
 probe("without", c) c:close()
 ]])
+      assert.are.equal(0, rc, "the script's sbxlua failed:\n" .. o)
       check(res, o, "with")
       assert.are_not.equal("0", res.without_curl_rc, o)
       assert.matches("certificate", res.without_curl, 1, true)
@@ -145,7 +146,7 @@ probe("without", c) c:close()
     end)
 
     it("does the same through sbxd, which reads no file a request names", function()
-      local res, o = net:script(PROBES .. F.SBXD .. [[
+      local res, o, rc = net:script(PROBES .. F.SBXD .. [[
 local ok, err = pcall(function()
   -- The client reads its own CA file and sends the PEM.
   local s = sbx.remote.session{ endpoint = srv.url, token = srv.token.alice, backend = "userns",
@@ -158,6 +159,7 @@ end)
 out("err", tostring(err))
 srv:cleanup()
 ]])
+      assert.are.equal(0, rc, "the script's sbxlua failed:\n" .. o)
       check(res, o, "remote")
       assert.are.equal("400", res.path_status, o)
       assert.matches("ca_certs", res.path_body, 1, true)
