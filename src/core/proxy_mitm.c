@@ -67,6 +67,11 @@ void sbx_mitm_logf(struct sbx_mitm *m, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	/* Names in a line come from the sandbox (a TLS server name may hold
+	 * any byte but NUL): one line stays one line in the log. */
+	for (char *c = line; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			*c = '?';
 	pthread_mutex_lock(&m->lock);
 	if (m->n_lines < MAX_LINES) {
 		char **nl = realloc(m->lines, (m->n_lines + 1) * sizeof(*nl));

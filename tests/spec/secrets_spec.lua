@@ -77,6 +77,8 @@ while True:
 print(data.split(b"\r\n")[0].decode(), data.split(b"\r\n\r\n", 1)[-1].decode().strip())' ]]
 out("sni_other", sh(SNI .. "example.com").stdout)
 out("sni_same", sh(SNI .. "pypi.org").stdout)
+-- a server name with a line break in it: refused, and logged as one line
+out("sni_forge", sh(SNI .. "\"$(printf 'evil.test\\nforged-log-line')\"").stdout)
 out("environ", sh("tr '\\0' '\\n' < /proc/self/environ").stdout)
 sh("env > env.txt; " .. C .. "-o echo.out -H \"Authorization: Bearer $API_KEY\" https://pypi.org/echo-auth")
 out("grep_work", sh("grep -rl -- '" .. API_KEY .. "' . /proc/self/environ /etc/sbx 2>/dev/null; echo done").stdout)
@@ -145,6 +147,9 @@ local SECRETS = { API_KEY = { value = API_KEY, hosts = { "pypi.org" }, header = 
     assert.truthy(has(res.sni_other, "403"), all)
     assert.truthy(has(res.sni_other, "not the CONNECT target"), all)
     assert.truthy(has(res.sni_same, "HTTP/1.1 200 OK") and has(res.sni_same, "authorized"), all)
+    assert.truthy(has(res.sni_forge, "403"), all)
+    assert.truthy(has(all, "TLS server name evil.test?forged-log-line"), all)
+    assert.falsy(all:find("\nforged%-log%-line"), all)
     assert.truthy(has(res.environ, "API_KEY=" .. ph), all)
     assert.falsy(has(res.environ, API_KEY), all)
     assert.are.equal("done", res.grep_work, all)
