@@ -368,6 +368,9 @@ function M.run(opts)
       io.stderr:write("warning: require 'sbx' failed: ", errtext(mod), "\n")
     end
   end
+  -- A denial reaches the prompt as the PolicyDenied it raises: the
+  -- policy's own "denied:" line on stderr would repeat it.
+  require("sbx.policy.sandbox").hide = function(l) return l:find("] denied: ", 1, true) ~= nil end
   local sok, sopts = pcall(session_opts, opts.session_opts)
   if not sok then -- a usage error: no traceback, no prompt
     io.stderr:write(opts.progname or "sbxlua", ": ", errtext(sopts), "\n")

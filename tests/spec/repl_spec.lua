@@ -293,6 +293,28 @@ describe("the sbxlua REPL under tmux", function()
     t:keys("!true", "<Enter>")
     t:wait_for("PolicyDenied")
   end)
+
+  it("shows a policy's denial once, as the error, and the next run goes on", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    assert(os.execute("mkdir -p " .. H.q(dir)) == 0)
+    local pol = dir .. "/deny.lua"
+    local f = assert(io.open(pol, "w"))
+    f:write([[return { on_run = function(req)
+  if tostring(req.cmd):find("forbidden", 1, true) then return false, "no forbidden-things" end
+  return true
+end }
+]])
+    f:close()
+    local t = term(history, "--session-opts " .. H.q(('{backend="userns", policy=%q}'):format(pol)))
+    finally(function() t:kill(); os.execute("rm -rf " .. H.q(dir)) end)
+    t:keys("!echo forbidden", "<Enter>")
+    t:keys("!echo allowed-$((6*7))", "<Enter>")
+    local screen = t:wait_for("allowed-42")
+    local _, count = screen:gsub("no forbidden%-things", "")
+    assert.are.equal(1, count, screen)
+    assert.truthy(screen:find("PolicyDenied", 1, true), screen)
+  end)
 end)
 
 describe("the sbxlua REPL's history file", function()

@@ -54,8 +54,12 @@ do
 end
 M.now_ms = now_ms
 
--- The default log sink: one line on stderr.
+-- The default log sink: one line on stderr, unless M.hide(line) says the
+-- process shows that line's news itself (the REPL prints every denial it
+-- catches as the error, so the policy's "denied:" line would say it twice).
+M.hide = nil
 function M.stderr_log(line)
+  if M.hide and M.hide(line) then return end
   io.stderr:write(line, "\n")
 end
 
