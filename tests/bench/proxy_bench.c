@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_peer.h"
 #include "sbx_proxy.h"
 
 static double now_s(void)
@@ -169,6 +170,12 @@ static int cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp);
+	return v[n / 2];
+}
+
 static bool recv_n(int fd, void *b, size_t n)
 {
 	char *p = b;
@@ -230,15 +237,16 @@ static double cpu_s(void)
 	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-/* GB/s of `bytes` client -> sink, through the proxy or direct; *cpu: the
- * CPU seconds the process used for it. */
-static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via, double *cpu)
+/* GB/s of `bytes` client -> sink (port sp) over a connection to `port`;
+ * via: CONNECT first (port is the proxy's); *cpu: the CPU seconds the
+ * process used for it. */
+static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, double *cpu)
 {
 	static char b[1 << 18];
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 	char req[128], r[sizeof(ok)];
 	uint64_t got = 0;
-	int fd = dial(via ? pp : sp);
+	int fd = dial(port);
 
 	memset(b, 0x5a, sizeof(b));
 	if (via) {
@@ -314,16 +322,17 @@ int main(int argc, char **argv)
 	setups(pp, e.port, n, true, &p50, &p95);
 	uint64_t bytes = (uint64_t)(gib * (double)(1ull << 30));
 	double dv[64], tv[64], dc[64], tc[64];
-	for (int i = 0; i < reps; i++) {
-		dv[i] = throughput(pp, s.port, bytes, false, &dc[i]);
+	double rv[64], rc[64];
+	uint16_t rp;
+	relay_peer_splice_start(s.port, &rp);
+	for (int i = 0; i < reps; i++) { /* alternating, so load drifts hit all three */
+		dv[i] = throughput(s.port, s.port, bytes, false, &dc[i]);
 		tv[i] = throughput(pp, s.port, bytes, true, &tc[i]);
+		rv[i] = throughput(rp, s.port, bytes, false, &rc[i]);
 	}
-	qsort(dv, (size_t)reps, sizeof(double), cmp);
-	qsort(tv, (size_t)reps, sizeof(double), cmp);
-	qsort(dc, (size_t)reps, sizeof(double), cmp);
-	qsort(tc, (size_t)reps, sizeof(double), cmp);
-	double direct = dv[reps / 2], tunnel = tv[reps / 2];
-	double dcpu = dc[reps / 2] / gib, tcpu = tc[reps / 2] / gib;
+	double direct = median(dv, reps), tunnel = median(tv, reps), relay = median(rv, reps);
+	double dcpu = median(dc, reps) / gib, tcpu = median(tc, reps) / gib;
+	double rcpu = median(rc, reps) / gib;
 
 	stop = 1;
 	pthread_join(th, NULL);
@@ -343,5 +352,13 @@ int main(int argc, char **argv)
 	printf("  CPU per GiB (all threads)    tunnel %.2f s, direct %.2f s (x%.2f: each tunnelled "
 	       "byte crosses loopback twice)\n",
 	       tcpu, dcpu, tcpu / dcpu);
+	printf("  minimal splice relay         %7.2f GB/s                 relay/direct x%.2f, "
+	       "tunnel/relay x%.2f\n",
+	       relay, relay / direct, tunnel / relay);
+	printf("  CPU per GiB, minimal relay   %.2f s (x%.2f direct; tunnel/relay x%.2f)\n", rcpu,
+	       rcpu / dcpu, tcpu / rcpu);
+	double la[3];
+	if (getloadavg(la, 3) == 3)
+		printf("  load average at the end      %.2f %.2f %.2f\n", la[0], la[1], la[2]);
 	return strict && !(ok_setup && ok_tp) ? 1 : 0;
 }

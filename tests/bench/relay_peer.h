@@ -1,0 +1,16 @@
+/*
+ * relay_peer.h: the minimal relays sbx-proxy-bench measures the proxy
+ * against in the same run (the floor of relaying through userspace, and
+ * of relaying in the kernel).
+ */
+#ifndef SBX_BENCH_RELAY_PEER_H
+#define SBX_BENCH_RELAY_PEER_H
+
+#include <stdint.h>
+
+/* Listen on an ephemeral 127.0.0.1 port (*port); every connection accepted
+ * is relayed to 127.0.0.1:target by two blocking threads, each splicing
+ * one direction through its own 1 MiB pipe, shutdown passed on at EOF. */
+void relay_peer_splice_start(uint16_t target, uint16_t *port);
+
+#endif
