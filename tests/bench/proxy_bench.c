@@ -19,6 +19,7 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -237,10 +238,46 @@ static double cpu_s(void)
 	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+/* CPU seconds all kernel worker threads ("kworker/N:M") have used so far: the
+ * kernel relay sends from a workqueue, outside this process's rusage.
+ * Other jobs' kworker time is counted too, so this is an upper bound. */
+static double kworker_cpu_s(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	unsigned long long ticks = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		char path[300], buf[512], *p;
+		unsigned long long ut, st;
+		FILE *f;
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		if (!strstr(buf, "(kworker") || !(p = strrchr(buf, ')')))
+			continue;
+		/* after ")": state ppid pgrp session tty tpgid flags minflt
+		 * cminflt majflt cmajflt utime stime */
+		if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			   &st) == 2)
+			ticks += ut + st;
+	}
+	closedir(d);
+	return (double)ticks / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* GB/s of `bytes` client -> sink (port sp) over a connection to `port`;
  * via: CONNECT first (port is the proxy's); *cpu: the CPU seconds the
- * process used for it. */
-static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, double *cpu)
+ * process used for it, *kcpu: the kernel workers' CPU seconds meanwhile. */
+static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, double *cpu,
+			 double *kcpu)
 {
 	static char b[1 << 18];
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
@@ -256,7 +293,7 @@ static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, d
 			exit(1);
 		}
 	}
-	double t0 = now_s(), c0 = cpu_s();
+	double t0 = now_s(), c0 = cpu_s(), k0 = kworker_cpu_s();
 	for (uint64_t sent = 0; sent < bytes;) {
 		size_t n = bytes - sent < sizeof(b) ? (size_t)(bytes - sent) : sizeof(b);
 		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
@@ -274,6 +311,7 @@ static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, d
 	}
 	double dt = now_s() - t0;
 	*cpu = cpu_s() - c0;
+	*kcpu = kworker_cpu_s() - k0;
 	close(fd);
 	return (double)bytes / dt / 1e9;
 }
@@ -322,13 +360,17 @@ int main(int argc, char **argv)
 	setups(pp, e.port, n, true, &p50, &p95);
 	uint64_t bytes = (uint64_t)(gib * (double)(1ull << 30));
 	double dv[64], tv[64], dc[64], tc[64];
-	double rv[64], rc[64];
-	uint16_t rp;
+	double rv[64], rc[64], kv[64], kc[64], dk[64], tk[64], rk[64], kk[64];
+	uint16_t rp, kp;
+	char kwhy[200];
 	relay_peer_splice_start(s.port, &rp);
+	bool kernel = relay_peer_sockmap_start(s.port, &kp, kwhy, sizeof(kwhy));
 	for (int i = 0; i < reps; i++) { /* alternating, so load drifts hit all three */
-		dv[i] = throughput(s.port, s.port, bytes, false, &dc[i]);
-		tv[i] = throughput(pp, s.port, bytes, true, &tc[i]);
-		rv[i] = throughput(rp, s.port, bytes, false, &rc[i]);
+		dv[i] = throughput(s.port, s.port, bytes, false, &dc[i], &dk[i]);
+		tv[i] = throughput(pp, s.port, bytes, true, &tc[i], &tk[i]);
+		rv[i] = throughput(rp, s.port, bytes, false, &rc[i], &rk[i]);
+		if (kernel)
+			kv[i] = throughput(kp, s.port, bytes, false, &kc[i], &kk[i]);
 	}
 	double direct = median(dv, reps), tunnel = median(tv, reps), relay = median(rv, reps);
 	double dcpu = median(dc, reps) / gib, tcpu = median(tc, reps) / gib;
@@ -357,6 +399,20 @@ int main(int argc, char **argv)
 	       relay, relay / direct, tunnel / relay);
 	printf("  CPU per GiB, minimal relay   %.2f s (x%.2f direct; tunnel/relay x%.2f)\n", rcpu,
 	       rcpu / dcpu, tcpu / rcpu);
+	if (kernel) {
+		double kr = median(kv, reps), kcpu = median(kc, reps) / gib;
+		printf("  minimal sockmap relay        %7.2f GB/s                 sockmap/direct x%.2f, "
+		       "tunnel/sockmap x%.2f\n",
+		       kr, kr / direct, tunnel / kr);
+		double kw = median(kk, reps) / gib;
+		printf("  CPU per GiB, sockmap relay   %.2f s + kworkers %.2f s (x%.2f direct)\n",
+		       kcpu, kw, (kcpu + kw) / dcpu);
+	} else {
+		printf("  minimal sockmap relay        not run: %s\n", kwhy);
+	}
+	printf("  kworker CPU per GiB          direct %.2f s, tunnel %.2f s, splice relay %.2f s "
+	       "(all jobs' kworkers)\n",
+	       median(dk, reps) / gib, median(tk, reps) / gib, median(rk, reps) / gib);
 	double la[3];
 	if (getloadavg(la, 3) == 3)
 		printf("  load average at the end      %.2f %.2f %.2f\n", la[0], la[1], la[2]);

@@ -11,12 +11,15 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "proxy_sockmap.h"
 #include "relay_peer.h"
 
 struct half {
@@ -58,6 +61,7 @@ out:
 struct peer {
 	int lfd;
 	uint16_t target;
+	void *(*serve)(void *); /* takes both fds (malloc'd int[2]) */
 };
 
 static int dial_target(uint16_t port)
@@ -127,7 +131,7 @@ static void *accept_loop(void *arg)
 			continue;
 		}
 		fds[0] = fd;
-		if (pthread_create(&th, NULL, serve, fds) != 0) {
+		if (pthread_create(&th, NULL, p->serve, fds) != 0) {
 			close(fds[0]);
 			close(fds[1]);
 			free(fds);
@@ -137,7 +141,7 @@ static void *accept_loop(void *arg)
 	}
 }
 
-void relay_peer_splice_start(uint16_t target, uint16_t *port)
+static void relay_peer_start(uint16_t target, uint16_t *port, void *(*serve)(void *))
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t al = sizeof(a);
@@ -151,10 +155,68 @@ void relay_peer_splice_start(uint16_t target, uint16_t *port)
 		exit(1);
 	}
 	p->target = target;
+	p->serve = serve;
 	*port = ntohs(a.sin_port);
 	if (pthread_create(&th, NULL, accept_loop, p) != 0) {
 		perror("relay_peer: thread");
 		exit(1);
 	}
 	pthread_detach(th);
+}
+
+void relay_peer_splice_start(uint16_t target, uint16_t *port)
+{
+	relay_peer_start(target, port, serve);
+}
+
+/* ---- the kernel relay (proxy_sockmap.c) ---- */
+
+static sbx_sockmap *smap;
+
+/* Wait for each side's EOF; pass it on once the kernel has handed the
+ * other side everything before it. */
+static void *watch_pair(void *arg)
+{
+	int *fds = arg;
+	struct sbx_sockmap_mark mk[2];
+	bool shut[2] = {false, false};
+	uint64_t moved;
+
+	if (sbx_sockmap_mark(fds[0], fds[1], &mk[0]) < 0 ||
+	    sbx_sockmap_mark(fds[1], fds[0], &mk[1]) < 0 ||
+	    sbx_sockmap_pair(smap, fds[0], fds[1]) < 0) {
+		perror("relay_peer: sockmap pair");
+		goto out;
+	}
+	while (!shut[0] || !shut[1]) {
+		struct pollfd pf[2] = {{fds[0], shut[0] ? 0 : POLLRDHUP, 0},
+				       {fds[1], shut[1] ? 0 : POLLRDHUP, 0}};
+		if (poll(pf, 2, -1) < 0)
+			break;
+		for (int i = 0; i < 2; i++) {
+			if (shut[i] || !(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+				continue;
+			int r;
+			while ((r = sbx_sockmap_caught_up(fds[i], fds[1 - i], &mk[i], &moved)) == 0)
+				usleep(200);
+			shutdown(fds[1 - i], SHUT_WR);
+			shut[i] = true;
+			if (r < 0 || pf[i].revents & POLLERR)
+				goto out;
+		}
+	}
+out:
+	sbx_sockmap_unpair(smap, fds[0], fds[1]);
+	close(fds[0]);
+	close(fds[1]);
+	free(fds);
+	return NULL;
+}
+
+bool relay_peer_sockmap_start(uint16_t target, uint16_t *port, char *why, size_t whylen)
+{
+	if (!(smap = sbx_sockmap_new(64, why, whylen)))
+		return false;
+	relay_peer_start(target, port, watch_pair);
+	return true;
 }
