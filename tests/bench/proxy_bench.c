@@ -120,6 +120,13 @@ static void sink(int fd)
 		return;
 }
 
+/* Reads nothing: holds the connection until the client goes away. */
+static void stall(int fd)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+	(void)poll(&pf, 1, 10000);
+}
+
 struct cjob {
 	int fd;
 	void (*fn)(int);
@@ -316,11 +323,47 @@ static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, d
 	return (double)bytes / dt / 1e9;
 }
 
+/* Bytes a client can hand over a connection to `port` (via: CONNECT to
+ * target port tp first) whose far end reads nothing, until no send makes
+ * progress for 300 ms, or `cap`: what the path buffers for a stalled
+ * reader.  Then reset, so every relay frees what it holds. */
+static uint64_t buffered(uint16_t port, uint16_t tp, bool via, uint64_t cap)
+{
+	static char b[1 << 16];
+	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+	char req[128], r[sizeof(ok)];
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	uint64_t sent = 0;
+	int fd = dial(port), idle = 0;
+
+	if (via) {
+		int n = snprintf(req, sizeof(req), "CONNECT bench.test:%u HTTP/1.1\r\n\r\n", tp);
+		if (send(fd, req, (size_t)n, 0) != n || !recv_n(fd, r, sizeof(ok) - 1)) {
+			fprintf(stderr, "proxy_bench: CONNECT failed\n");
+			exit(1);
+		}
+	}
+	while (sent < cap && idle < 300) {
+		ssize_t w = send(fd, b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w > 0) {
+			sent += (uint64_t)w;
+			idle = 0;
+		} else {
+			usleep(1000);
+			idle++;
+		}
+	}
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+	return sent;
+}
+
 int main(int argc, char **argv)
 {
 	int n = 2000, reps = 5;
 	double gib = 1;
 	bool strict = false;
+	const char *only = NULL;
 	sbx_err err;
 
 	for (int i = 1; i < argc; i++) {
@@ -332,9 +375,14 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--strict"))
 			strict = true;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [-n setups] [-g GiB] [-r reps] [--strict]\n",
-				argv[0]);
+			fprintf(stderr,
+				"usage: %s [-n setups] [-g GiB] [-r reps] [--strict]\n"
+				"       %s --only direct|tunnel|splice|sockmap [-g GiB]   (one "
+				"path, once: for perf)\n",
+				argv[0], argv[0]);
 			return 2;
 		}
 	}
@@ -349,9 +397,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "proxy_bench: %s\n", err.msg);
 		return 1;
 	}
-	struct srv e, s;
+	struct srv e, s, z;
 	srv_start(&e, echo);
 	srv_start(&s, sink);
+	srv_start(&z, stall);
 	pthread_t th;
 	pthread_create(&th, NULL, proxy_loop, p);
 
@@ -361,10 +410,24 @@ int main(int argc, char **argv)
 	uint64_t bytes = (uint64_t)(gib * (double)(1ull << 30));
 	double dv[64], tv[64], dc[64], tc[64];
 	double rv[64], rc[64], kv[64], kc[64], dk[64], tk[64], rk[64], kk[64];
-	uint16_t rp, kp;
+	uint16_t rp, kp = 0;
 	char kwhy[200];
 	relay_peer_splice_start(s.port, &rp);
 	bool kernel = relay_peer_sockmap_start(s.port, &kp, kwhy, sizeof(kwhy));
+	if (only) {
+		uint16_t port = !strcmp(only, "tunnel")	   ? pp
+				: !strcmp(only, "splice")  ? rp
+				: !strcmp(only, "sockmap") ? kp
+							   : s.port;
+		if (!strcmp(only, "sockmap") && !kernel) {
+			fprintf(stderr, "proxy_bench: %s\n", kwhy);
+			return 1;
+		}
+		double c, k, gbs = throughput(port, s.port, bytes, !strcmp(only, "tunnel"), &c, &k);
+		printf("%s: %.2f GB/s, CPU %.2f s/GiB + kworkers %.2f s/GiB\n", only, gbs, c / gib,
+		       k / gib);
+		return 0;
+	}
 	for (int i = 0; i < reps; i++) { /* alternating, so load drifts hit all three */
 		dv[i] = throughput(s.port, s.port, bytes, false, &dc[i], &dk[i]);
 		tv[i] = throughput(pp, s.port, bytes, true, &tc[i], &tk[i]);
@@ -375,6 +438,17 @@ int main(int argc, char **argv)
 	double direct = median(dv, reps), tunnel = median(tv, reps), relay = median(rv, reps);
 	double dcpu = median(dc, reps) / gib, tcpu = median(tc, reps) / gib;
 	double rcpu = median(rc, reps) / gib;
+
+	const uint64_t cap = 128ull << 20;
+	double mib = 1024.0 * 1024.0;
+	double bd = (double)buffered(z.port, z.port, false, cap) / mib;
+	double bt = (double)buffered(pp, z.port, true, cap) / mib;
+	/* the peers relay to the sink's port: point fresh ones at the staller */
+	uint16_t rzp, kzp = 0;
+	relay_peer_splice_start(z.port, &rzp);
+	double br = (double)buffered(rzp, z.port, false, cap) / mib, bk = -1;
+	if (kernel && relay_peer_sockmap_start(z.port, &kzp, kwhy, sizeof(kwhy)))
+		bk = (double)buffered(kzp, z.port, false, cap) / mib;
 
 	stop = 1;
 	pthread_join(th, NULL);
@@ -413,6 +487,14 @@ int main(int argc, char **argv)
 	printf("  kworker CPU per GiB          direct %.2f s, tunnel %.2f s, splice relay %.2f s "
 	       "(all jobs' kworkers)\n",
 	       median(dk, reps) / gib, median(tk, reps) / gib, median(rk, reps) / gib);
+	printf("  held for a reader that stalls direct %.1f MiB, tunnel %.1f MiB, splice relay %.1f "
+	       "MiB, sockmap relay ",
+	       bd, bt, br);
+	if (bk >= 0)
+		printf("%.1f MiB%s\n", bk,
+		       bk * mib >= (double)cap ? " (the cap: no backpressure)" : "");
+	else
+		printf("not run\n");
 	double la[3];
 	if (getloadavg(la, 3) == 3)
 		printf("  load average at the end      %.2f %.2f %.2f\n", la[0], la[1], la[2]);

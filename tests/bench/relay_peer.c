@@ -19,7 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "proxy_sockmap.h"
+#include "sockmap_relay.h"
 #include "relay_peer.h"
 
 struct half {
@@ -169,22 +169,21 @@ void relay_peer_splice_start(uint16_t target, uint16_t *port)
 	relay_peer_start(target, port, serve);
 }
 
-/* ---- the kernel relay (proxy_sockmap.c) ---- */
+/* ---- the kernel relay (sockmap_relay.c) ---- */
 
-static sbx_sockmap *smap;
+static sockmap *smap;
 
 /* Wait for each side's EOF; pass it on once the kernel has handed the
  * other side everything before it. */
 static void *watch_pair(void *arg)
 {
 	int *fds = arg;
-	struct sbx_sockmap_mark mk[2];
+	struct sockmap_mark mk[2];
 	bool shut[2] = {false, false};
 	uint64_t moved;
 
-	if (sbx_sockmap_mark(fds[0], fds[1], &mk[0]) < 0 ||
-	    sbx_sockmap_mark(fds[1], fds[0], &mk[1]) < 0 ||
-	    sbx_sockmap_pair(smap, fds[0], fds[1]) < 0) {
+	if (sockmap_mark(fds[0], fds[1], &mk[0]) < 0 || sockmap_mark(fds[1], fds[0], &mk[1]) < 0 ||
+	    sockmap_pair(smap, fds[0], fds[1]) < 0) {
 		perror("relay_peer: sockmap pair");
 		goto out;
 	}
@@ -197,7 +196,7 @@ static void *watch_pair(void *arg)
 			if (shut[i] || !(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
 				continue;
 			int r;
-			while ((r = sbx_sockmap_caught_up(fds[i], fds[1 - i], &mk[i], &moved)) == 0)
+			while ((r = sockmap_caught_up(fds[i], fds[1 - i], &mk[i], &moved)) == 0)
 				usleep(200);
 			shutdown(fds[1 - i], SHUT_WR);
 			shut[i] = true;
@@ -206,7 +205,7 @@ static void *watch_pair(void *arg)
 		}
 	}
 out:
-	sbx_sockmap_unpair(smap, fds[0], fds[1]);
+	sockmap_unpair(smap, fds[0], fds[1]);
 	close(fds[0]);
 	close(fds[1]);
 	free(fds);
@@ -215,8 +214,8 @@ out:
 
 bool relay_peer_sockmap_start(uint16_t target, uint16_t *port, char *why, size_t whylen)
 {
-	if (!(smap = sbx_sockmap_new(64, why, whylen)))
-		return false;
+	if (!smap && !(smap = sockmap_new(64, why, whylen)))
+		return false; /* one map for every peer started */
 	relay_peer_start(target, port, watch_pair);
 	return true;
 }

@@ -14,7 +14,7 @@
  * is relayed to 127.0.0.1:target by two blocking threads, each splicing
  * one direction through its own 1 MiB pipe, shutdown passed on at EOF. */
 void relay_peer_splice_start(uint16_t target, uint16_t *port);
-/* The same, relayed by the kernel (proxy_sockmap.c); false, with why, when
+/* The same, relayed by the kernel (sockmap_relay.c); false, with why, when
  * BPF is not available here. */
 bool relay_peer_sockmap_start(uint16_t target, uint16_t *port, char *why, size_t whylen);
 

@@ -1,5 +1,5 @@
 /*
- * proxy_sockmap.c: the kernel relay (proxy_sockmap.h), loaded with the raw
+ * sockmap_relay.c: the kernel relay (sockmap_relay.h), loaded with the raw
  * bpf(2) syscall (no libbpf): a sockhash of the relayed sockets keyed by
  * socket cookie, a hash map from each cookie to its partner's cookie, and a
  * 24-instruction BPF_PROG_TYPE_SK_SKB stream verdict that redirects every
@@ -7,7 +7,7 @@
  * partner gets SK_PASS (its bytes stay readable), never a silent drop; so
  * does a bare FIN (an empty skb), which redirected would fail the
  * partner's send with EPIPE: the FIN is the relay owner's to pass on, once
- * the partner has been given every byte before it (sbx_sockmap_caught_up).
+ * the partner has been given every byte before it (sockmap_caught_up).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,9 +24,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "proxy_sockmap.h"
+#include "sockmap_relay.h"
 
-struct sbx_sockmap {
+struct sockmap {
 	int socks; /* BPF_MAP_TYPE_SOCKHASH: cookie -> socket */
 	int peers; /* BPF_MAP_TYPE_HASH: cookie -> partner's cookie */
 	int prog;
@@ -92,9 +92,9 @@ static int prog_load(int socks, int peers, char *log, size_t loglen)
 	return (int)sys_bpf(BPF_PROG_LOAD, &a);
 }
 
-sbx_sockmap *sbx_sockmap_new(uint32_t max_pairs, char *why, size_t whylen)
+sockmap *sockmap_new(uint32_t max_pairs, char *why, size_t whylen)
 {
-	sbx_sockmap *m = calloc(1, sizeof(*m));
+	sockmap *m = calloc(1, sizeof(*m));
 	union bpf_attr a;
 	const char *step = "out of memory";
 
@@ -118,7 +118,7 @@ sbx_sockmap *sbx_sockmap_new(uint32_t max_pairs, char *why, size_t whylen)
 	return m;
 fail:
 	snprintf(why, whylen, "kernel relay not available: %s: %s", step, strerror(errno));
-	sbx_sockmap_free(m);
+	sockmap_free(m);
 	return NULL;
 }
 
@@ -139,7 +139,7 @@ static int cookie(int fd, uint64_t *c)
 	return getsockopt(fd, SOL_SOCKET, SO_COOKIE, c, &l);
 }
 
-int sbx_sockmap_pair(sbx_sockmap *m, int a, int b)
+int sockmap_pair(sockmap *m, int a, int b)
 {
 	uint64_t ca, cb;
 	uint32_t fa = (uint32_t)a, fb = (uint32_t)b, one = 1;
@@ -161,12 +161,12 @@ int sbx_sockmap_pair(sbx_sockmap *m, int a, int b)
 	return 0;
 fail:
 	e = errno;
-	sbx_sockmap_unpair(m, a, b);
+	sockmap_unpair(m, a, b);
 	errno = e;
 	return -1;
 }
 
-void sbx_sockmap_unpair(sbx_sockmap *m, int a, int b)
+void sockmap_unpair(sockmap *m, int a, int b)
 {
 	uint64_t c;
 
@@ -180,7 +180,7 @@ void sbx_sockmap_unpair(sbx_sockmap *m, int a, int b)
 	}
 }
 
-void sbx_sockmap_free(sbx_sockmap *m)
+void sockmap_free(sockmap *m)
 {
 	if (!m)
 		return;
@@ -220,7 +220,7 @@ static int counts(int src, int dst, uint64_t *rx, uint64_t *tx, int *inq)
 	return 0;
 }
 
-int sbx_sockmap_mark(int src, int dst, struct sbx_sockmap_mark *mk)
+int sockmap_mark(int src, int dst, struct sockmap_mark *mk)
 {
 	int inq;
 
@@ -230,7 +230,7 @@ int sbx_sockmap_mark(int src, int dst, struct sbx_sockmap_mark *mk)
 	return 0;
 }
 
-int sbx_sockmap_caught_up(int src, int dst, const struct sbx_sockmap_mark *mk, uint64_t *moved)
+int sockmap_caught_up(int src, int dst, const struct sockmap_mark *mk, uint64_t *moved)
 {
 	uint64_t rx, tx;
 
