@@ -11,11 +11,19 @@
  *     tunnel (direct: the same to the sink), -r times each, alternating,
  *     the median; and the CPU all threads used per GiB (the client, the
  *     proxy, the sink: getrusage of the process), which says where the
- *     floor is: each tunnelled byte crosses loopback twice.
+ *     floor is: each tunnelled byte crosses loopback twice;
+ *   - the same through two minimal relays (relay_peer.c), alternating with
+ *     the above (issue 18): a splice relay (the floor of any userspace
+ *     relay) and a BPF sockmap relay (the kernel's; root only), with the
+ *     kernel workers' CPU the latter sends from;
+ *   - what each path holds for a far end that stops reading (a relay
+ *     without backpressure takes up to the 128 MiB cap).
  * Prints ratios and checks the issue's targets (>= 1 GB/s, setup < 1 ms);
- * --strict exits 1 when a target is missed.
+ * --strict exits 1 when a target is missed.  --only PATH runs one path
+ * once (for perf record -a).
  *
  * usage: sbx-proxy-bench [-n setups] [-g GiB] [-r reps] [--strict]
+ *        sbx-proxy-bench --only direct|tunnel|splice|sockmap [-g GiB]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>

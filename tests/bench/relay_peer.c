@@ -196,12 +196,14 @@ static void *watch_pair(void *arg)
 			if (shut[i] || !(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)))
 				continue;
 			int r;
+			if (pf[i].revents & POLLERR)
+				goto out; /* reset: tear both down, nothing to pass on */
 			while ((r = sockmap_caught_up(fds[i], fds[1 - i], &mk[i], &moved)) == 0)
 				usleep(200);
+			if (r < 0)
+				goto out;
 			shutdown(fds[1 - i], SHUT_WR);
 			shut[i] = true;
-			if (r < 0 || pf[i].revents & POLLERR)
-				goto out;
 		}
 	}
 out:
