@@ -11,14 +11,23 @@
  *     tunnel (direct: the same to the sink), -r times each, alternating,
  *     the median; and the CPU all threads used per GiB (the client, the
  *     proxy, the sink: getrusage of the process), which says where the
- *     floor is: each tunnelled byte crosses loopback twice.
+ *     floor is: each tunnelled byte crosses loopback twice;
+ *   - the same through two minimal relays (relay_peer.c), alternating with
+ *     the above (issue 18): a splice relay (the floor of any userspace
+ *     relay) and a BPF sockmap relay (the kernel's; root only), with the
+ *     kernel workers' CPU the latter sends from;
+ *   - what each path holds for a far end that stops reading (a relay
+ *     without backpressure takes up to the 128 MiB cap).
  * Prints ratios and checks the issue's targets (>= 1 GB/s, setup < 1 ms);
- * --strict exits 1 when a target is missed.
+ * --strict exits 1 when a target is missed.  --only PATH runs one path
+ * once (for perf record -a).
  *
  * usage: sbx-proxy-bench [-n setups] [-g GiB] [-r reps] [--strict]
+ *        sbx-proxy-bench --only direct|tunnel|splice|sockmap [-g GiB]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -31,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_peer.h"
 #include "sbx_proxy.h"
 
 static double now_s(void)
@@ -118,6 +128,13 @@ static void sink(int fd)
 		return;
 }
 
+/* Reads nothing: holds the connection until the client goes away. */
+static void stall(int fd)
+{
+	struct pollfd pf = {.fd = fd, .events = POLLRDHUP};
+	(void)poll(&pf, 1, 10000);
+}
+
 struct cjob {
 	int fd;
 	void (*fn)(int);
@@ -167,6 +184,12 @@ static int cmp(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp);
+	return v[n / 2];
 }
 
 static bool recv_n(int fd, void *b, size_t n)
@@ -230,15 +253,52 @@ static double cpu_s(void)
 	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-/* GB/s of `bytes` client -> sink, through the proxy or direct; *cpu: the
- * CPU seconds the process used for it. */
-static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via, double *cpu)
+/* CPU seconds all kernel worker threads ("kworker/N:M") have used so far: the
+ * kernel relay sends from a workqueue, outside this process's rusage.
+ * Other jobs' kworker time is counted too, so this is an upper bound. */
+static double kworker_cpu_s(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	unsigned long long ticks = 0;
+
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		char path[300], buf[512], *p;
+		unsigned long long ut, st;
+		FILE *f;
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		if (!(f = fopen(path, "r")))
+			continue;
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		if (!strstr(buf, "(kworker") || !(p = strrchr(buf, ')')))
+			continue;
+		/* after ")": state ppid pgrp session tty tpgid flags minflt
+		 * cminflt majflt cmajflt utime stime */
+		if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+			   &st) == 2)
+			ticks += ut + st;
+	}
+	closedir(d);
+	return (double)ticks / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* GB/s of `bytes` client -> sink (port sp) over a connection to `port`;
+ * via: CONNECT first (port is the proxy's); *cpu: the CPU seconds the
+ * process used for it, *kcpu: the kernel workers' CPU seconds meanwhile. */
+static double throughput(uint16_t port, uint16_t sp, uint64_t bytes, bool via, double *cpu,
+			 double *kcpu)
 {
 	static char b[1 << 18];
 	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 	char req[128], r[sizeof(ok)];
 	uint64_t got = 0;
-	int fd = dial(via ? pp : sp);
+	int fd = dial(port);
 
 	memset(b, 0x5a, sizeof(b));
 	if (via) {
@@ -248,7 +308,7 @@ static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via, dou
 			exit(1);
 		}
 	}
-	double t0 = now_s(), c0 = cpu_s();
+	double t0 = now_s(), c0 = cpu_s(), k0 = kworker_cpu_s();
 	for (uint64_t sent = 0; sent < bytes;) {
 		size_t n = bytes - sent < sizeof(b) ? (size_t)(bytes - sent) : sizeof(b);
 		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
@@ -266,8 +326,44 @@ static double throughput(uint16_t pp, uint16_t sp, uint64_t bytes, bool via, dou
 	}
 	double dt = now_s() - t0;
 	*cpu = cpu_s() - c0;
+	*kcpu = kworker_cpu_s() - k0;
 	close(fd);
 	return (double)bytes / dt / 1e9;
+}
+
+/* Bytes a client can hand over a connection to `port` (via: CONNECT to
+ * target port tp first) whose far end reads nothing, until no send makes
+ * progress for 300 ms, or `cap`: what the path buffers for a stalled
+ * reader.  Then reset, so every relay frees what it holds. */
+static uint64_t buffered(uint16_t port, uint16_t tp, bool via, uint64_t cap)
+{
+	static char b[1 << 16];
+	static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+	char req[128], r[sizeof(ok)];
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	uint64_t sent = 0;
+	int fd = dial(port), idle = 0;
+
+	if (via) {
+		int n = snprintf(req, sizeof(req), "CONNECT bench.test:%u HTTP/1.1\r\n\r\n", tp);
+		if (send(fd, req, (size_t)n, 0) != n || !recv_n(fd, r, sizeof(ok) - 1)) {
+			fprintf(stderr, "proxy_bench: CONNECT failed\n");
+			exit(1);
+		}
+	}
+	while (sent < cap && idle < 300) {
+		ssize_t w = send(fd, b, sizeof(b), MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (w > 0) {
+			sent += (uint64_t)w;
+			idle = 0;
+		} else {
+			usleep(1000);
+			idle++;
+		}
+	}
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close(fd);
+	return sent;
 }
 
 int main(int argc, char **argv)
@@ -275,6 +371,7 @@ int main(int argc, char **argv)
 	int n = 2000, reps = 5;
 	double gib = 1;
 	bool strict = false;
+	const char *only = NULL;
 	sbx_err err;
 
 	for (int i = 1; i < argc; i++) {
@@ -286,9 +383,14 @@ int main(int argc, char **argv)
 			reps = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--strict"))
 			strict = true;
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
 		else {
-			fprintf(stderr, "usage: %s [-n setups] [-g GiB] [-r reps] [--strict]\n",
-				argv[0]);
+			fprintf(stderr,
+				"usage: %s [-n setups] [-g GiB] [-r reps] [--strict]\n"
+				"       %s --only direct|tunnel|splice|sockmap [-g GiB]   (one "
+				"path, once: for perf)\n",
+				argv[0], argv[0]);
 			return 2;
 		}
 	}
@@ -303,9 +405,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "proxy_bench: %s\n", err.msg);
 		return 1;
 	}
-	struct srv e, s;
+	struct srv e, s, z;
 	srv_start(&e, echo);
 	srv_start(&s, sink);
+	srv_start(&z, stall);
 	pthread_t th;
 	pthread_create(&th, NULL, proxy_loop, p);
 
@@ -314,16 +417,46 @@ int main(int argc, char **argv)
 	setups(pp, e.port, n, true, &p50, &p95);
 	uint64_t bytes = (uint64_t)(gib * (double)(1ull << 30));
 	double dv[64], tv[64], dc[64], tc[64];
-	for (int i = 0; i < reps; i++) {
-		dv[i] = throughput(pp, s.port, bytes, false, &dc[i]);
-		tv[i] = throughput(pp, s.port, bytes, true, &tc[i]);
+	double rv[64], rc[64], kv[64], kc[64], dk[64], tk[64], rk[64], kk[64];
+	uint16_t rp, kp = 0;
+	char kwhy[200];
+	relay_peer_splice_start(s.port, &rp);
+	bool kernel = relay_peer_sockmap_start(s.port, &kp, kwhy, sizeof(kwhy));
+	if (only) {
+		uint16_t port = !strcmp(only, "tunnel")	   ? pp
+				: !strcmp(only, "splice")  ? rp
+				: !strcmp(only, "sockmap") ? kp
+							   : s.port;
+		if (!strcmp(only, "sockmap") && !kernel) {
+			fprintf(stderr, "proxy_bench: %s\n", kwhy);
+			return 1;
+		}
+		double c, k, gbs = throughput(port, s.port, bytes, !strcmp(only, "tunnel"), &c, &k);
+		printf("%s: %.2f GB/s, CPU %.2f s/GiB + kworkers %.2f s/GiB\n", only, gbs, c / gib,
+		       k / gib);
+		return 0;
 	}
-	qsort(dv, (size_t)reps, sizeof(double), cmp);
-	qsort(tv, (size_t)reps, sizeof(double), cmp);
-	qsort(dc, (size_t)reps, sizeof(double), cmp);
-	qsort(tc, (size_t)reps, sizeof(double), cmp);
-	double direct = dv[reps / 2], tunnel = tv[reps / 2];
-	double dcpu = dc[reps / 2] / gib, tcpu = tc[reps / 2] / gib;
+	for (int i = 0; i < reps; i++) { /* alternating, so load drifts hit all three */
+		dv[i] = throughput(s.port, s.port, bytes, false, &dc[i], &dk[i]);
+		tv[i] = throughput(pp, s.port, bytes, true, &tc[i], &tk[i]);
+		rv[i] = throughput(rp, s.port, bytes, false, &rc[i], &rk[i]);
+		if (kernel)
+			kv[i] = throughput(kp, s.port, bytes, false, &kc[i], &kk[i]);
+	}
+	double direct = median(dv, reps), tunnel = median(tv, reps), relay = median(rv, reps);
+	double dcpu = median(dc, reps) / gib, tcpu = median(tc, reps) / gib;
+	double rcpu = median(rc, reps) / gib;
+
+	const uint64_t cap = 128ull << 20;
+	double mib = 1024.0 * 1024.0;
+	double bd = (double)buffered(z.port, z.port, false, cap) / mib;
+	double bt = (double)buffered(pp, z.port, true, cap) / mib;
+	/* the peers relay to the sink's port: point fresh ones at the staller */
+	uint16_t rzp, kzp = 0;
+	relay_peer_splice_start(z.port, &rzp);
+	double br = (double)buffered(rzp, z.port, false, cap) / mib, bk = -1;
+	if (kernel && relay_peer_sockmap_start(z.port, &kzp, kwhy, sizeof(kwhy)))
+		bk = (double)buffered(kzp, z.port, false, cap) / mib;
 
 	stop = 1;
 	pthread_join(th, NULL);
@@ -343,5 +476,35 @@ int main(int argc, char **argv)
 	printf("  CPU per GiB (all threads)    tunnel %.2f s, direct %.2f s (x%.2f: each tunnelled "
 	       "byte crosses loopback twice)\n",
 	       tcpu, dcpu, tcpu / dcpu);
+	printf("  minimal splice relay         %7.2f GB/s                 relay/direct x%.2f, "
+	       "tunnel/relay x%.2f\n",
+	       relay, relay / direct, tunnel / relay);
+	printf("  CPU per GiB, minimal relay   %.2f s (x%.2f direct; tunnel/relay x%.2f)\n", rcpu,
+	       rcpu / dcpu, tcpu / rcpu);
+	if (kernel) {
+		double kr = median(kv, reps), kcpu = median(kc, reps) / gib;
+		printf("  minimal sockmap relay        %7.2f GB/s                 sockmap/direct x%.2f, "
+		       "tunnel/sockmap x%.2f\n",
+		       kr, kr / direct, tunnel / kr);
+		double kw = median(kk, reps) / gib;
+		printf("  CPU per GiB, sockmap relay   %.2f s + kworkers %.2f s (x%.2f direct)\n",
+		       kcpu, kw, (kcpu + kw) / dcpu);
+	} else {
+		printf("  minimal sockmap relay        not run: %s\n", kwhy);
+	}
+	printf("  kworker CPU per GiB          direct %.2f s, tunnel %.2f s, splice relay %.2f s "
+	       "(all jobs' kworkers)\n",
+	       median(dk, reps) / gib, median(tk, reps) / gib, median(rk, reps) / gib);
+	printf("  held for a reader that stalls direct %.1f MiB, tunnel %.1f MiB, splice relay %.1f "
+	       "MiB, sockmap relay ",
+	       bd, bt, br);
+	if (bk >= 0)
+		printf("%.1f MiB%s\n", bk,
+		       bk * mib >= (double)cap ? " (the cap: no backpressure)" : "");
+	else
+		printf("not run\n");
+	double la[3];
+	if (getloadavg(la, 3) == 3)
+		printf("  load average at the end      %.2f %.2f %.2f\n", la[0], la[1], la[2]);
 	return strict && !(ok_setup && ok_tp) ? 1 : 0;
 }

@@ -11,7 +11,7 @@
 # netmode_bench.lua, what per-run network modes cost,
 # runallow_bench.lua, what a run's own allow-list costs, and
 # sbx-proxy-bench (proxy_bench.c), the allow-list proxy against direct
-# loopback, proxy_sbxd_bench.lua, the same proxy on sbxd's loop,
+# loopback and two minimal relays (splice, BPF sockmap), proxy_sbxd_bench.lua, the same proxy on sbxd's loop,
 # secrets_bench.lua, an HTTPS request with and without secret substitution,
 # density_bench.lua, N idle sessions' memory and processes and open + first
 # exec at N live (N=500; SBX_DENSITY_N=2000 for the large run), and
@@ -45,7 +45,8 @@ echo
 echo
 "$build/bin/sbxlua" tests/bench/runallow_bench.lua 2>/dev/null
 # The allow-list proxy: CONNECT setup latency and tunnel throughput vs
-# direct loopback, in the same run (issue 5).
+# direct loopback, in the same run (issue 5), and vs a minimal splice relay
+# and a BPF sockmap relay (the floors, issue 18; the sockmap row needs root).
 echo
 cmake --build "$build" -j"$(nproc)" --target sbx-proxy-bench >/dev/null
 "$build/bin/sbx-proxy-bench"
