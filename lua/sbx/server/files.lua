@@ -109,13 +109,14 @@ local function append(rec, path, offset, data)
     or errors.from_core(kind, msg))
 end
 
-local function op(req, rec, path)
+function M.op(req, rec, path)
   path = unescape(path)
   if req.method == "PUT" then
     local offset, bad = put_offset(req.query)
     if not offset then return bad end
     -- A body object (src/server/fileio.c: #data is its length; a write
-    -- job takes its bytes over), or "" for none.
+    -- job takes its bytes over, init.lua's handle frees the rest), or ""
+    -- for none.
     local data = req.raw or ""
     if offset > 0 then return append(rec, path, offset, data) end
     if #data > rec.limits.max_file_bytes then return over_max_file(rec.limits, #data) end
@@ -128,14 +129,6 @@ local function op(req, rec, path)
   local ok, data, size = pcall(rec.s.open_file, rec.s, path)
   if not ok then return open_error(data) end
   return { status = 200, file = { fd = data, size = size } }
-end
-
-function M.op(req, rec, path)
-  local r = op(req, rec, path)
-  -- A body no write took (a refusal) goes now, not at some later GC:
-  -- the collector does not see the C memory it holds.
-  if type(req.raw) == "userdata" then req.raw:free() end
-  return r
 end
 
 return M
