@@ -125,12 +125,16 @@ local function headers(tr, extra)
 end
 
 -- call(tr, method, path, body_table|nil, raw|nil) -> decoded body (table or raw string)
+-- raw: a string, or { data, offset, len } to send that slice of data
+-- (an upload chunk, sent without copying it out).
 local function call(tr, method, path, body, raw, backend)
-  local payload, ctype
+  local payload, ctype, off, len
   if body ~= nil then payload, ctype = msgpack.encode(body), "Content-Type: " .. CT
+  elseif type(raw) == "table" then
+    payload, off, len, ctype = raw[1], raw[2], raw[3], "Content-Type: application/octet-stream"
   elseif raw ~= nil then payload, ctype = raw, "Content-Type: application/octet-stream" end
   local status, resp, rct = tr.conn:request(method, path, payload,
-    { headers = headers(tr, ctype), timeout_ms = tr.timeout_ms })
+    { headers = headers(tr, ctype), timeout_ms = tr.timeout_ms, body_offset = off, body_len = len })
   if not status then errors.raise(transport_error(resp, backend)) end
   if status == 0 then errors.raise(transport_error("no HTTP answer", backend)) end
   if status >= 300 then errors.raise(answer_error(status, resp, rct)) end
@@ -507,9 +511,9 @@ function Session:put_bytes(path, data)
   end
   local off = 0
   while off < #data do
-    local piece = data:sub(off + 1, off + tr.chunk)
+    local n = math.min(tr.chunk, #data - off)
     local ok, e = pcall(scall, self, "PUT", off == 0 and url or ("%s?offset=%d"):format(url, off),
-      nil, piece, self.backend)
+      nil, { data, off, n }, self.backend)
     if not ok then
       if type(e) == "table" and e.status == 409 then
         local err = errors.SandboxExecutionError(("remote: put_bytes %s: the chunk at offset %d of %d " ..
@@ -520,7 +524,7 @@ function Session:put_bytes(path, data)
       end
       errors.raise(e)
     end
-    off = off + #piece
+    off = off + n
   end
 end
 

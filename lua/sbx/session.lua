@@ -605,11 +605,13 @@ local function file_error(kind, msg, code)
 end
 
 -- writer (sbxd only): function(core_session, rel_path, data, max_bytes)
--- -> true | nil, kind, msg, doing the core's put elsewhere (off its loop).
+-- -> true | nil, kind, msg, doing the core's put elsewhere (off its loop);
+-- with a writer, data may also be sbxd's request body object (#data its
+-- length), which only the writer reads.
 function Session:put_bytes(path, data, writer)
   local st = live(self)
   local rel = rel_path(st, path)
-  if type(data) ~= "string" then
+  if type(data) ~= "string" and not (writer and type(data) == "userdata") then
     errors.raise(errors.InvalidArgument("data", "a string of bytes expected, got " .. type(data)))
   end
   if #data > st.max_file_bytes then

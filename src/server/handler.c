@@ -291,10 +291,20 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
 	}
 	lua_setfield(L, -2, "endpoint");
 	if (req->entity.base) {
-		lua_pushlstring(L, req->entity.base, req->entity.len);
-		lua_setfield(L, -2, "raw");
 		bool is_files =
 			h2o_strstr(req->path.base, pathlen, H2O_STRLIT("/files/")) != SIZE_MAX;
+		/* An upload's bytes reach Lua as a body object the write job
+		 * takes over (fileio.c): one copy, not two. */
+		if (!is_files) {
+			lua_pushlstring(L, req->entity.base, req->entity.len);
+		} else if (sbx_srv_file_body_push(L, req->entity.base, req->entity.len) != 0) {
+			lua_settop(L, top);
+			sbx_srv_send_error(req, 503, "SandboxExecutionError",
+					   "out of memory for the request body", out);
+			log_req(req, 503, tenant, t0, NULL);
+			return 0;
+		}
+		lua_setfield(L, -2, "raw");
 		if (!is_files && req->entity.len > 0) {
 			int fmt = req_body_fmt(req);
 			char why[256];

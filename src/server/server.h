@@ -216,6 +216,9 @@ int sbx_srv_l_file_append(lua_State *L);
 /* fileio.c: push the file_io table (put, append: the writes of uploads on
  * threads of their own, waited for on the loop); see fileio.c. */
 void sbx_srv_file_io_push(lua_State *L);
+/* fileio.c: push a PUT body object (a copy of bytes, which an upload's
+ * write job takes over); -1 (nothing pushed) when out of memory. */
+int sbx_srv_file_body_push(lua_State *L, const char *bytes, size_t len);
 
 /* ---- stream.c ---- */
 /* Start streaming a run for req; the Lua table at idx has start/finish

@@ -7,12 +7,15 @@
 --      plus one loopback TCP hop (cat into bash's /dev/tcp, a Python sink
 --      reading 1 MiB at a time), with sbxd's CPU per GiB;
 --   2. put_bytes / get_bytes of M MB on-device against cp of the same
---      file, and through sbxd (curl PUT/GET of the files route).
+--      file, and through sbxd (the Lua client's PUT/GET of the files
+--      route; the same PUTs by curl's CLI as a second client; sbxd's and
+--      each client's CPU per put).
 --
 -- usage: sbxlua tests/bench/bytes_bench.lua [--sbxd PATH] [--gib G] [--mb M]
 --        [--reps R] [--only stream|files]
 local sbx = require "sbx"
 local core = require "sbx.core"
+local ffi = require "ffi"
 
 local args = { gib = 1, mb = 200, reps = 5 }
 do
@@ -85,6 +88,42 @@ local function tcp_hop(bytes)
   return secs
 end
 
+-- CPU seconds (user + system) of this process (who = 0) or of its
+-- waited-for children (who = -1) so far: the clients' side of a put.
+ffi.cdef [[
+struct sbx_bench_tv { long sec, usec; };
+struct sbx_bench_ru { struct sbx_bench_tv u, s; long rest[14]; };
+int getrusage(int who, struct sbx_bench_ru *ru);
+]]
+local function rusage_s(who)
+  local ru = ffi.new("struct sbx_bench_ru")
+  assert(ffi.C.getrusage(who, ru) == 0)
+  return tonumber(ru.u.sec + ru.s.sec) + tonumber(ru.u.usec + ru.s.usec) / 1e6
+end
+
+-- curl's CLI PUTting the pieces (files of chunk bytes, in order) as
+-- consecutive ?offset=N requests, as the Lua client does: one process and
+-- connection per piece, since curl 7.88's CLI cannot reuse an h2c
+-- connection (curl issue 10634).  Its start-up is timed apart (the same
+-- number of HEADs of one file) to be subtracted.
+local function curl_each(pieces, one)
+  local cmd = {}
+  for i, p in ipairs(pieces) do
+    cmd[i] = "curl -sS --http2-prior-knowledge -o /dev/null -w '%{http_code} ' " .. one(i, p)
+  end
+  local out = H.sh(table.concat(cmd, "; "))
+  assert(select(2, out:gsub("200", "")) == #pieces, "curl: " .. out)
+end
+local function curl_put(url, auth, pieces, chunk)
+  curl_each(pieces, function(i, p)
+    local at = ("%s?offset=%d"):format(url, (i - 1) * chunk)
+    return ("-X PUT -H %s --data-binary @%s %s"):format(H.q(auth), H.q(p), H.q(at))
+  end)
+end
+local function curl_heads(url, auth, pieces)
+  curl_each(pieces, function() return ("-I -H %s %s"):format(H.q(auth), H.q(url)) end)
+end
+
 local function row(label, mbps, limit_label, limit_mbps, goal)
   print(("%-44s %7.0f MB/s   %-28s %7.0f MB/s   ratio %.2f (goal %s)"):format(label, mbps, limit_label,
     limit_mbps, mbps / limit_mbps, goal))
@@ -136,8 +175,16 @@ local ok, err = pcall(function()
     -- cp writes where put_bytes does: the session's work dir's filesystem.
     local dst = s.work_dir .. "/cp-copy"
     local put, get, cp, rput, rget, cput, cget = {}, {}, {}, {}, {}, {}, {}
-    -- Remote: the project's client (chunks of --max-body, 8 MiB by default).
+    local lcpu, xput, xcpu, xcli, xhead = {}, {}, {}, {}, {}
+    -- Remote: the project's client (4 MiB chunks, its upload_chunk_bytes
+    -- default, within sbxd's --max-body of 8 MiB).
     local rs = sbx.remote.session { endpoint = srv.url, token = srv.token.alice }
+    -- curl's CLI puts the same chunks the Lua client sends.
+    local CHUNK = 4 * 1024 * 1024
+    assert(os.execute(("split -b %d -d -a 3 %s %s/piece."):format(CHUNK, src, dir)) == 0)
+    local pieces = {}
+    for i = 0, math.ceil(bytes / CHUNK) - 1 do pieces[#pieces + 1] = ("%s/piece.%03d"):format(dir, i) end
+    local rurl = ("%s/v1/sessions/%s/files/cblob"):format(srv.url, rs.id)
     for i = 1, args.reps do
       -- Each writes a new file, none replaces one (freeing 200 MB of
       -- blocks is the file system's work, off the clock for both).
@@ -147,11 +194,17 @@ local ok, err = pcall(function()
       cp[i] = timed(function() assert(os.execute(("cp %s %s"):format(src, dst)) == 0) end)
       os.remove(dst)
       assert(rs:exec("rm -f blob").returncode == 0)
-      local c0 = cpu_s(srv.pid)
+      local c0, l0 = cpu_s(srv.pid), rusage_s(0)
       rput[i] = timed(function() rs:put_bytes("blob", data) end)
       local c1 = cpu_s(srv.pid)
+      lcpu[i] = rusage_s(0) - l0
       rget[i] = timed(function() assert(#rs:get_bytes("blob") == bytes) end)
       cput[i], cget[i] = c1 - c0, cpu_s(srv.pid) - c1
+      assert(rs:exec("rm -f cblob").returncode == 0)
+      local k0, x0 = cpu_s(srv.pid), rusage_s(-1)
+      xput[i] = timed(function() curl_put(rurl, srv:auth(), pieces, CHUNK) end)
+      xcpu[i], xcli[i] = cpu_s(srv.pid) - k0, rusage_s(-1) - x0
+      xhead[i] = timed(function() curl_heads(rurl, srv:auth(), pieces) end)
     end
     s:close()
     rs:close()
@@ -165,6 +218,12 @@ local ok, err = pcall(function()
     print(remote:format(("put_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6), bytes / median(rput) / 1e6))
     print(remote:format(("get_bytes %d MB remote (sbxd, Lua client)"):format(bytes / 1e6), bytes / median(rget) / 1e6))
     print(("  sbxd's CPU per remote put / get: %.2f s / %.2f s (median)"):format(median(cput), median(cget)))
+    local sub = "%-44s %7.0f MB/s"
+    print(sub:format(("  put %d MB remote, curl CLI (same 4 MiB PUTs)"):format(bytes / 1e6),
+      bytes / median(xput) / 1e6))
+    print(sub:format("    less curl's start-up and connect (HEADs)", bytes / (median(xput) - median(xhead)) / 1e6))
+    print(("  CPU per put, Lua client / curl CLI: sbxd %.2f s / %.2f s, client %.2f s / %.2f s (median)")
+      :format(median(cput), median(xcpu), median(lcpu), median(xcli)))
   end
   srv:curl("/v1/sessions/" .. id, "-X", "DELETE", "-H", srv:auth())
 end)

@@ -378,4 +378,31 @@ describe_srv("sbxd 256 MiB upload through the Lua client", function()
     data = nil -- luacheck: ignore 311
     assert.equal(want, sha_in(s, "big.bin"))
   end)
+
+  -- A PUT's body is C memory the Lua collector does not see (fileio.c's
+  -- body object): a refused one must go at once, not at some later GC,
+  -- whether the files route refused it (a bad offset: 400) or the request
+  -- never got that far (an unknown session: 404).
+  it("refused PUT bodies do not pile up in sbxd (24 x 4 MiB refused: RSS grows < 40 MiB)", function()
+    local src = srv.dir .. "/chunk"
+    H.sh(("head -c %d /dev/urandom > %s"):format(4 * MiB, src))
+    local function put_refused(n)
+      local urls, want = {}, {}
+      for i = 1, n do
+        local sid = i % 2 == 1 and s.id or "0123456789abcdef0123456789abcdef"
+        want[i] = i % 2 == 1 and "400" or "404"
+        urls[i] = "-o /dev/null " .. H.q(("%s/v1/sessions/%s/files/r%d.bin?offset=bad"):format(srv.url, sid, i))
+      end
+      local out = H.sh(("curl -s -w '%%{http_code} ' -X PUT -H %s --data-binary @%s %s")
+        :format(H.q(srv:auth()), H.q(src), table.concat(urls, " ")))
+      local codes = {}
+      for c in out:gmatch("%d+") do codes[#codes + 1] = c end
+      assert.same(want, codes)
+    end
+    put_refused(2) -- steady state: the heap holds one body's worth
+    local rss0 = srv:rss_kb()
+    put_refused(24)
+    local grew = srv:rss_kb() - rss0
+    assert.is_true(grew < 40 * 1024, "sbxd grew by " .. grew .. " KiB over 24 refused 4 MiB bodies")
+  end)
 end)

@@ -17,7 +17,9 @@
 --                                      connect_timeout_ms
 --   conn:start(method, path, body, o) -> req   o: headers (array of
 --                                      "Name: value"), on_data(chunk),
---                                      timeout_ms (0: none)
+--                                      timeout_ms (0: none), body_offset
+--                                      and body_len (send only that slice
+--                                      of body)
 --   conn:pump(timeout_ms)              drive transfers, wait up to
 --                                      timeout_ms for something to happen
 --   conn:wait(req)                     pump until req.done (or its whole
@@ -75,7 +77,7 @@ end
 
 local OPT = {
   URL = 10002, WRITEFUNCTION = 20011, WRITEDATA = 10001, HTTPHEADER = 10023,
-  POSTFIELDSIZE_LARGE = 30120, COPYPOSTFIELDS = 10165, CUSTOMREQUEST = 10036,
+  POSTFIELDSIZE_LARGE = 30120, COPYPOSTFIELDS = 10165, POSTFIELDS = 10015, CUSTOMREQUEST = 10036,
   HTTP_VERSION = 84, UNIX_SOCKET_PATH = 10231, NOSIGNAL = 99, CONNECTTIMEOUT_MS = 156,
   TIMEOUT_MS = 155, CAINFO = 10065, SSL_VERIFYPEER = 64, SSL_VERIFYHOST = 81, PIPEWAIT = 237,
   HTTPGET = 80, ERRORBUFFER = 10010, POST = 47, HEADERFUNCTION = 20079, HEADERDATA = 10029,
@@ -212,8 +214,15 @@ function Conn:start(method, path, body, o)
   r.headers = hl
   lib.curl_easy_setopt(e, OPT.HTTPHEADER, hl)
   if body then
-    lib.curl_easy_setopt(e, OPT.POSTFIELDSIZE_LARGE, ffi.cast("int64_t", #body))
-    lib.curl_easy_setopt(e, OPT.COPYPOSTFIELDS, ffi.cast("const char *", body))
+    -- curl reads the bytes from the Lua string itself (no copy: an upload
+    -- chunk is a slice of the caller's data); r.body keeps the string
+    -- alive until the transfer is removed from the multi handle.
+    local off = o.body_offset or 0
+    local len = o.body_len or (#body - off)
+    assert(off >= 0 and len >= 0 and off + len <= #body, "body slice out of range")
+    r.body = body
+    lib.curl_easy_setopt(e, OPT.POSTFIELDSIZE_LARGE, ffi.cast("int64_t", len))
+    lib.curl_easy_setopt(e, OPT.POSTFIELDS, ffi.cast("const char *", body) + off)
   end
   if method ~= "GET" and method ~= "POST" then
     setopt(e, OPT.CUSTOMREQUEST, method)

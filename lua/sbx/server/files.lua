@@ -114,6 +114,9 @@ function M.op(req, rec, path)
   if req.method == "PUT" then
     local offset, bad = put_offset(req.query)
     if not offset then return bad end
+    -- A body object (src/server/fileio.c: #data is its length; a write
+    -- job takes its bytes over, init.lua's handle frees the rest), or ""
+    -- for none.
     local data = req.raw or ""
     if offset > 0 then return append(rec, path, offset, data) end
     if #data > rec.limits.max_file_bytes then return over_max_file(rec.limits, #data) end

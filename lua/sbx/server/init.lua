@@ -13,8 +13,9 @@
 --                     name this node, sbx.remote.node; sessions of other
 --                     nodes are 421 with their endpoint) }
 --   M.handle(req)     req = { method, path, query (raw, after '?'), tenant |
---                     ref_token, body (decoded table), raw (the body bytes),
---                     format }
+--                     ref_token, body (decoded table), raw (the body bytes:
+--                     a string, or for .../files/ a body object of
+--                     src/server/fileio.c), format }
 --                     -> { status, body | raw, headers, log } or
 --                        { stream = { start, finish, backend, session_id } }
 --   M.tick()          once a second: reap sessions past their lifetime
@@ -468,7 +469,7 @@ local function admin_reload(req)
   return reply(200, { reloaded = true, generation = why })
 end
 
-function M.handle(req)
+local function route(req)
   loop.enter_request()
   local path, method = req.path, req.method
   if path == "/v1/admin/reload-policy" then
@@ -537,6 +538,15 @@ function M.handle(req)
     return r
   end
   return fail(404, "NotFound", "no route " .. method .. " " .. path:sub(1, 200))
+end
+
+function M.handle(req)
+  local r = route(req)
+  -- An upload's body object holds C memory the Lua collector does not
+  -- see: whatever the answer (a refusal, an unknown session), its bytes
+  -- go now, not at some later GC (a write job took them already).
+  if type(req.raw) == "userdata" then req.raw:free() end
+  return r
 end
 
 -- An answer of the policy worker no request waits for (task.c): a proxy
