@@ -541,11 +541,12 @@ local function route(req)
 end
 
 function M.handle(req)
-  local r = route(req)
+  local ok, r = pcall(route, req)
   -- An upload's body object holds C memory the Lua collector does not
-  -- see: whatever the answer (a refusal, an unknown session), its bytes
-  -- go now, not at some later GC (a write job took them already).
+  -- see: whatever the answer (a refusal, an unknown session, an error),
+  -- its bytes go now, not at some later GC (a write job took them already).
   if type(req.raw) == "userdata" then req.raw:free() end
+  if not ok then error(r, 0) end
   return r
 end
 
