@@ -5,7 +5,10 @@
 --      discarded) against `head -c N /dev/zero | cat > /dev/null`, and the
 --      floor of any network stream of a command's output: the same pipe
 --      plus one loopback TCP hop (cat into bash's /dev/tcp, a Python sink
---      reading 1 MiB at a time), with sbxd's CPU per GiB;
+--      reading 1 MiB at a time), with sbxd's CPU per GiB; and the same
+--      hop done the best way a server could (sbx-hop-floor: read+send or
+--      splice into one loopback connection to a reader process), with
+--      sbxd's figure as a ratio to it and the C sender's CPU per GiB;
 --   2. put_bytes / get_bytes of M MB on-device against cp of the same
 --      file, and through sbxd (curl PUT/GET of the files route).
 --
@@ -85,6 +88,20 @@ local function tcp_hop(bytes)
   return secs
 end
 
+-- The same floor done the best way a server could (sbx-hop-floor,
+-- tests/bench/hop_floor.c): head's pipe spliced (mode "splice") or read
+-- and sent (mode "rw") into one loopback connection to a reader process
+-- that receives every byte.  Seconds and the sender's CPU, or nil.
+local FLOOR = H.BIN .. "/sbx-hop-floor"
+local function hop_floor(bytes, mode)
+  local f = io.popen(("head -c %d /dev/zero | %s -m %s"):format(bytes, H.q(FLOOR), mode), "r")
+  local line = f and f:read("*l")
+  if f then f:close() end
+  local n, secs, scpu = (line or ""):match("bytes=(%d+) secs=(%S+) send_cpu=(%S+)")
+  if tonumber(n) ~= bytes then return nil end
+  return tonumber(secs), tonumber(scpu)
+end
+
 local function row(label, mbps, limit_label, limit_mbps, goal)
   print(("%-44s %7.0f MB/s   %-28s %7.0f MB/s   ratio %.2f (goal %s)"):format(label, mbps, limit_label,
     limit_mbps, mbps / limit_mbps, goal))
@@ -101,6 +118,8 @@ local ok, err = pcall(function()
   if args.only ~= "files" and args.gib > 0 then
     local bytes = math.floor(args.gib * 1024 * 1024 * 1024)
     local via, peer, cpu, hop = {}, {}, {}, {}
+    local fl = { rw = {}, splice = {} }
+    local flcpu = { rw = {}, splice = {} }
     for i = 1, args.reps do
       local c0 = cpu_s(srv.pid)
       via[i] = timed(function()
@@ -112,6 +131,13 @@ local ok, err = pcall(function()
       cpu[i] = (cpu_s(srv.pid) - c0) / (bytes / 2^30)
       peer[i] = timed(function() os.execute(("head -c %d /dev/zero | cat > /dev/null"):format(bytes)) end)
       hop[i] = tcp_hop(bytes)
+      for _, m in ipairs { "rw", "splice" } do
+        local secs, scpu = hop_floor(bytes, m)
+        if secs then
+          fl[m][#fl[m] + 1] = secs
+          flcpu[m][#flcpu[m] + 1] = scpu / (bytes / 2^30)
+        end
+      end
     end
     row(("%d MiB stdout through sbxd (curl)"):format(bytes / 2^20), bytes / median(via) / 1e6,
       "head -c | cat > /dev/null", bytes / median(peer) / 1e6, ">= 0.9")
@@ -120,6 +146,18 @@ local ok, err = pcall(function()
         bytes / median(peer) / 1e6, "-")
     end
     print(("  sbxd's CPU per GiB streamed: %.2f s (median)"):format(median(cpu)))
+    -- The floor done the best way (C, one hop), and sbxd against it.
+    local via_mbps = bytes / median(via) / 1e6
+    for _, m in ipairs { "rw", "splice" } do
+      if #fl[m] == args.reps then
+        local mbps = bytes / median(fl[m]) / 1e6
+        row(("  floor: one TCP hop, C %s"):format(m), mbps, "head -c | cat > /dev/null", bytes / median(peer) / 1e6, "-")
+        row("  sbxd against it", via_mbps, ("floor: one TCP hop, C %s"):format(m), mbps, "-")
+        print(("  the C sender's CPU per GiB (%s): %.2f s (median)"):format(m, median(flcpu[m])))
+      else
+        print(("  floor: one TCP hop, C %s: unavailable (%s)"):format(m, FLOOR))
+      end
+    end
   end
 
   if args.only ~= "stream" and args.mb > 0 then
