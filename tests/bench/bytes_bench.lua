@@ -7,8 +7,10 @@
 --      plus one loopback TCP hop (cat into bash's /dev/tcp, a Python sink
 --      reading 1 MiB at a time), with sbxd's CPU per GiB; and the same
 --      hop done the best way a server could (sbx-hop-floor: read+send or
---      splice into one loopback connection to a reader process), with
---      sbxd's figure as a ratio to it and the C sender's CPU per GiB;
+--      splice into one loopback connection to a reader process; "unix":
+--      sbxd's shape, through an AF_UNIX socketpair and a relay thread
+--      first), with sbxd's figure as a ratio to each and the C sender's
+--      CPU per GiB;
 --   2. put_bytes / get_bytes of M MB on-device against cp of the same
 --      file, and through sbxd (curl PUT/GET of the files route).
 --
@@ -118,8 +120,9 @@ local ok, err = pcall(function()
   if args.only ~= "files" and args.gib > 0 then
     local bytes = math.floor(args.gib * 1024 * 1024 * 1024)
     local via, peer, cpu, hop = {}, {}, {}, {}
-    local fl = { rw = {}, splice = {} }
-    local flcpu = { rw = {}, splice = {} }
+    local modes = { "rw", "splice", "unix" }
+    local fl = { rw = {}, splice = {}, unix = {} }
+    local flcpu = { rw = {}, splice = {}, unix = {} }
     for i = 1, args.reps do
       local c0 = cpu_s(srv.pid)
       via[i] = timed(function()
@@ -131,7 +134,7 @@ local ok, err = pcall(function()
       cpu[i] = (cpu_s(srv.pid) - c0) / (bytes / 2^30)
       peer[i] = timed(function() os.execute(("head -c %d /dev/zero | cat > /dev/null"):format(bytes)) end)
       hop[i] = tcp_hop(bytes)
-      for _, m in ipairs { "rw", "splice" } do
+      for _, m in ipairs(modes) do
         local secs, scpu = hop_floor(bytes, m)
         if secs then
           fl[m][#fl[m] + 1] = secs
@@ -148,7 +151,7 @@ local ok, err = pcall(function()
     print(("  sbxd's CPU per GiB streamed: %.2f s (median)"):format(median(cpu)))
     -- The floor done the best way (C, one hop), and sbxd against it.
     local via_mbps = bytes / median(via) / 1e6
-    for _, m in ipairs { "rw", "splice" } do
+    for _, m in ipairs(modes) do
       if #fl[m] == args.reps then
         local mbps = bytes / median(fl[m]) / 1e6
         row(("  floor: one TCP hop, C %s"):format(m), mbps, "head -c | cat > /dev/null", bytes / median(peer) / 1e6, "-")

@@ -9,6 +9,10 @@
  *               (the pipe's pages go to the socket; the default);
  *   -m rw       read(2) into a buffer, send(2) it (what a server that
  *               frames the bytes must do at the least);
+ *   -m unix     sbxd's shape done the least way: read+write into an
+ *               AF_UNIX socketpair (1 MiB buffers, as the front's), a
+ *               second thread reads it and sends to the TCP socket (the
+ *               front's relay): the floor of a server behind a relay;
  *   -b BYTES    read/recv buffer and splice length (default 1 MiB);
  *   -s BYTES    SO_SNDBUF/SO_RCVBUF (default: the kernel's autotuning).
  * Nagle stays on (TCP_NODELAY off): full segments.  MSG_ZEROCOPY is not
@@ -18,13 +22,14 @@
  *     bytes=N secs=S send_cpu=S recv_cpu=S
  * (CPU seconds of the sending and the receiving process; getrusage).
  *
- * usage: head -c N /dev/zero | sbx-hop-floor [-m splice|rw] [-b B] [-s B]
+ * usage: head -c N /dev/zero | sbx-hop-floor [-m splice|rw|unix] [-b B] [-s B]
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +93,19 @@ static void reader(int lfd, size_t bufsz, int sz, int out)
 	_exit(0);
 }
 
+/* All of buf[0..n) to fd. */
+static void send_all(int fd, const char *buf, size_t n)
+{
+	for (size_t off = 0; off < n;) {
+		ssize_t w = send(fd, buf + off, n - off, MSG_NOSIGNAL);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			die("send");
+		off += (size_t)w;
+	}
+}
+
 static unsigned long long send_splice(int fd, size_t len)
 {
 	unsigned long long n = 0;
@@ -115,16 +133,55 @@ static unsigned long long send_rw(int fd, size_t len)
 			die("read");
 		if (k == 0)
 			return n;
-		for (ssize_t off = 0; off < k;) {
-			ssize_t w = send(fd, buf + off, (size_t)(k - off), MSG_NOSIGNAL);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0)
-				die("send");
-			off += w;
-		}
+		send_all(fd, buf, (size_t)k);
 		n += (unsigned long long)k;
 	}
+}
+
+/* -m unix: the relay thread, socketpair -> TCP. */
+struct relay {
+	int from, to;
+	size_t len;
+	unsigned long long n;
+};
+
+static void *relay_main(void *p)
+{
+	struct relay *r = p;
+	char *buf = malloc(r->len);
+	for (;;) {
+		ssize_t k = read(r->from, buf, r->len);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			die("relay read");
+		if (k == 0)
+			break;
+		send_all(r->to, buf, (size_t)k);
+		r->n += (unsigned long long)k;
+	}
+	free(buf);
+	return NULL;
+}
+
+static unsigned long long send_unix(int fd, size_t len)
+{
+	int sp[2], sz = 1 << 20;
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+		die("socketpair");
+	for (int i = 0; i < 2; i++) {
+		setsockopt(sp[i], SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+		setsockopt(sp[i], SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	}
+	struct relay r = {sp[1], fd, len, 0};
+	pthread_t t;
+	if (pthread_create(&t, NULL, relay_main, &r) != 0)
+		die("pthread_create");
+	unsigned long long n = send_rw(sp[0], len);
+	close(sp[0]);
+	pthread_join(t, NULL);
+	close(sp[1]);
+	return n == r.n ? n : 0;
 }
 
 int main(int argc, char **argv)
@@ -143,8 +200,8 @@ int main(int argc, char **argv)
 		else
 			return 2;
 	}
-	if ((strcmp(mode, "splice") && strcmp(mode, "rw")) || bufsz == 0) {
-		fprintf(stderr, "usage: sbx-hop-floor [-m splice|rw] [-b BYTES] [-s BYTES]\n");
+	if ((strcmp(mode, "splice") && strcmp(mode, "rw") && strcmp(mode, "unix")) || bufsz == 0) {
+		fprintf(stderr, "usage: sbx-hop-floor [-m splice|rw|unix] [-b BYTES] [-s BYTES]\n");
 		return 2;
 	}
 	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -171,8 +228,9 @@ int main(int argc, char **argv)
 	set_bufs(fd, sz);
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
 		die("connect");
-	unsigned long long sent =
-		!strcmp(mode, "splice") ? send_splice(fd, bufsz) : send_rw(fd, bufsz);
+	unsigned long long sent = !strcmp(mode, "splice") ? send_splice(fd, bufsz)
+				  : !strcmp(mode, "unix") ? send_unix(fd, bufsz)
+							  : send_rw(fd, bufsz);
 	close(fd);
 	char line[96] = {0};
 	ssize_t k = read(rep[0], line, sizeof(line) - 1);
