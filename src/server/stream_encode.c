@@ -62,17 +62,10 @@ static char *base64(const char *in, size_t len)
 	return out;
 }
 
-/* Queue one encoded event made of two parts (head and body; body may be
- * empty): one copy of each into the pending buffer. */
-static void push_event2(sbx_srv_run *sr, const void *head, size_t hlen, const void *body,
-			size_t blen)
+/* An event of len bytes was queued last: a detached run keeps its length
+ * (its oldest events are dropped whole while no client reads). */
+static void note_event(sbx_srv_run *sr, size_t len)
 {
-	size_t len = hlen + blen;
-	if (!buf_reserve(&sr->pending, len))
-		return; /* the whole event or none of it */
-	sbx_srv_buf_append(&sr->pending, head, hlen);
-	if (blen)
-		sbx_srv_buf_append(&sr->pending, body, blen);
 	if (!sr->detach)
 		return;
 	if (sr->n_ev == sr->cap_ev) {
@@ -86,6 +79,20 @@ static void push_event2(sbx_srv_run *sr, const void *head, size_t hlen, const vo
 	sr->ev_len[sr->n_ev++] = (uint32_t)len;
 	if (!sr->req)
 		sbx_srv_runs_drop_oldest(sr);
+}
+
+/* Queue one encoded event made of two parts (head and body; body may be
+ * empty): one copy of each into the pending buffer. */
+static void push_event2(sbx_srv_run *sr, const void *head, size_t hlen, const void *body,
+			size_t blen)
+{
+	size_t len = hlen + blen;
+	if (!buf_reserve(&sr->pending, len))
+		return; /* the whole event or none of it */
+	sbx_srv_buf_append(&sr->pending, head, hlen);
+	if (blen)
+		sbx_srv_buf_append(&sr->pending, body, blen);
+	note_event(sr, len);
 }
 
 static void push_event(sbx_srv_run *sr, const void *data, size_t len)
@@ -261,4 +268,37 @@ void sbx_srv_ev_dropped(sbx_srv_run *sr, sbx_srv_buf *out)
 		{"bytes", NULL, (int64_t)sr->dropped_bytes},
 	};
 	encode_fields(sr->fmt, f, 3, out);
+}
+
+/* A data event read straight into the pending buffer: the fixed header
+ * (bin32 whatever the length: its size is known before the read, so the
+ * bytes land after it and are never moved) is written once the count is
+ * known.  Bytes read (0: nothing now, see sbx_run_read_output). */
+size_t sbx_srv_ev_read(sbx_srv_run *sr, int which, size_t max)
+{
+	static const char head_out[] = "\x82\xa4"
+				       "type\xa6"
+				       "stdout\xa4"
+				       "data\xc6";
+	static const char head_err[] = "\x82\xa4"
+				       "type\xa6"
+				       "stderr\xa4"
+				       "data\xc6";
+	const size_t hl = sizeof(head_out) - 1, total = hl + 4;
+
+	if (sr->fmt != SRV_FMT_MSGPACK || !buf_reserve(&sr->pending, total + max))
+		return 0;
+	char *at = sr->pending.data + sr->pending.len;
+	size_t n = sbx_run_read_output(sr->run, which, at + total, max);
+	if (n == 0)
+		return 0;
+	memcpy(at, which == 1 ? head_out : head_err, hl);
+	at[hl] = (char)(n >> 24);
+	at[hl + 1] = (char)(n >> 16);
+	at[hl + 2] = (char)(n >> 8);
+	at[hl + 3] = (char)n;
+	sr->pending.len += total + n;
+	sbx_srv_m.bytes_streamed += n;
+	note_event(sr, total + n);
+	return n;
 }
