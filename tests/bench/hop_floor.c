@@ -228,6 +228,11 @@ int main(int argc, char **argv)
 	set_bufs(fd, sz);
 	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
 		die("connect");
+	/* Bounded: a reader that died before accepting resets the queued
+	 * connection (send fails) instead of leaving us blocked; a stuck
+	 * run ends at the alarm. */
+	close(lfd);
+	alarm(600);
 	unsigned long long sent = !strcmp(mode, "splice") ? send_splice(fd, bufsz)
 				  : !strcmp(mode, "unix") ? send_unix(fd, bufsz)
 							  : send_rw(fd, bufsz);
