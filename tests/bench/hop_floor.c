@@ -76,6 +76,8 @@ static void reader(int lfd, size_t bufsz, int sz, int out)
 	set_bufs(fd, sz);
 	char *buf = malloc(bufsz);
 	unsigned long long n = 0;
+	if (!buf)
+		die("malloc");
 	for (;;) {
 		ssize_t k = recv(fd, buf, bufsz, 0);
 		if (k < 0 && errno == EINTR)
@@ -125,14 +127,18 @@ static unsigned long long send_rw(int fd, size_t len)
 {
 	char *buf = malloc(len);
 	unsigned long long n = 0;
+	if (!buf)
+		die("malloc");
 	for (;;) {
 		ssize_t k = read(0, buf, len);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0)
 			die("read");
-		if (k == 0)
+		if (k == 0) {
+			free(buf);
 			return n;
+		}
 		send_all(fd, buf, (size_t)k);
 		n += (unsigned long long)k;
 	}
@@ -149,6 +155,8 @@ static void *relay_main(void *p)
 {
 	struct relay *r = p;
 	char *buf = malloc(r->len);
+	if (!buf)
+		die("malloc");
 	for (;;) {
 		ssize_t k = read(r->from, buf, r->len);
 		if (k < 0 && errno == EINTR)
