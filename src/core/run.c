@@ -682,6 +682,17 @@ int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr,
 	}
 }
 
+size_t sbx_run_read_output(sbx_run *r, int which, void *buf, size_t cap)
+{
+	int fd = which == 1 ? r->out_fd : which == 2 ? r->err_fd : -1;
+
+	/* Only our own pipes, which are non-blocking (stdio_end). */
+	if (fd < 0 || r->pty || r->done)
+		return 0;
+	ssize_t got = read(fd, buf, cap);
+	return got > 0 ? (size_t)got : 0;
+}
+
 /* The signal that asks init for signo: SIGKILL of a run without a PID
  * namespace must reach every process of it, which only init can find. */
 static int kill_signal(const sbx_run *r, int signo)

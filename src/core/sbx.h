@@ -317,6 +317,14 @@ sbx_run *sbx_run_start(sbx_session *s, const sbx_run_opts *opts, sbx_err *err);
  */
 int sbx_run_next(sbx_run *r, int timeout_ms, bool want_stdout, bool want_stderr, sbx_event *ev,
 		 sbx_err *err);
+/*
+ * Read up to cap bytes of stdout (which 1) or stderr (2) into the caller's
+ * buf without waiting and without an event: for a caller with its own
+ * loop that wants the bytes where it sends them from (sbxd).  Returns the
+ * count, or 0 when there is nothing now, the stream ended, or the run has
+ * a pty: sbx_run_next then reads, sees the end and reports it as usual.
+ */
+size_t sbx_run_read_output(sbx_run *r, int which, void *buf, size_t cap);
 /* Send a signal to the run (SIGKILL ends everything in it).  On a pty
  * run SIGINT, SIGQUIT and SIGTSTP go to the terminal's foreground process
  * group, as the keys ^C, ^\ and ^Z would send them. */

@@ -48,6 +48,9 @@
  * other less per MiB streamed (best effort: pipe-max-size may refuse). */
 #define SRV_PIPE_SZ (256 * 1024)
 
+/* The most read from stdout at once, straight into the pending buffer. */
+#define SRV_READ_MAX SRV_PIPE_SZ
+
 static sbx_srv_run *live_runs;
 
 static void watch_close(h2o_socket_t **w)
@@ -157,6 +160,11 @@ static void pump(sbx_srv_run *sr)
 	for (;;) {
 		/* An absent client's buffer drops its oldest events instead. */
 		bool want = !sr->req || sr->pending.len < SRV_STREAM_CAP;
+		/* stdout straight into the pending buffer while it comes (one
+		 * read drains a full pipe); its end, stderr and the status go
+		 * through sbx_run_next as before. */
+		if (want && sbx_srv_ev_read(sr, 1, SRV_READ_MAX) > 0)
+			continue;
 		if (sbx_run_next(sr->run, 0, want, want, &ev, &err) != 0) {
 			sbx_srv_ev_error(sr, "SandboxExecutionError", err.msg);
 			sr->final = true;

@@ -6,6 +6,7 @@
  * run, dropped) goes through encode_fields, so both formats always carry
  * the same fields.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,8 @@
 
 #include "stream_int.h"
 
-void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len)
+/* Room for len more bytes; false when memory ran out. */
+static bool buf_reserve(sbx_srv_buf *b, size_t len)
 {
 	if (b->len + len > b->cap) {
 		size_t cap = b->cap ? b->cap : 4096;
@@ -23,10 +25,17 @@ void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len)
 			cap *= 2;
 		char *n = realloc(b->data, cap);
 		if (!n)
-			return; /* dropping output beats crashing; cannot happen at these sizes */
+			return false;
 		b->data = n;
 		b->cap = cap;
 	}
+	return true;
+}
+
+void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len)
+{
+	if (!buf_reserve(b, len))
+		return; /* dropping output beats crashing; cannot happen at these sizes */
 	memcpy(b->data + b->len, data, len);
 	b->len += len;
 }
@@ -53,10 +62,10 @@ static char *base64(const char *in, size_t len)
 	return out;
 }
 
-/* Queue one encoded event. */
-static void push_event(sbx_srv_run *sr, const void *data, size_t len)
+/* An event of len bytes was queued last: a detached run keeps its length
+ * (its oldest events are dropped whole while no client reads). */
+static void note_event(sbx_srv_run *sr, size_t len)
 {
-	sbx_srv_buf_append(&sr->pending, data, len);
 	if (!sr->detach)
 		return;
 	if (sr->n_ev == sr->cap_ev) {
@@ -70,6 +79,39 @@ static void push_event(sbx_srv_run *sr, const void *data, size_t len)
 	sr->ev_len[sr->n_ev++] = (uint32_t)len;
 	if (!sr->req)
 		sbx_srv_runs_drop_oldest(sr);
+}
+
+/* Queue one encoded event made of two parts (head and body; body may be
+ * empty): one copy of each into the pending buffer. */
+static void push_event2(sbx_srv_run *sr, const void *head, size_t hlen, const void *body,
+			size_t blen)
+{
+	size_t len = hlen + blen;
+	if (!buf_reserve(&sr->pending, len))
+		return; /* the whole event or none of it */
+	sbx_srv_buf_append(&sr->pending, head, hlen);
+	if (blen)
+		sbx_srv_buf_append(&sr->pending, body, blen);
+	note_event(sr, len);
+}
+
+static void push_event(sbx_srv_run *sr, const void *data, size_t len)
+{
+	push_event2(sr, data, len, NULL, 0);
+}
+
+/* A msgpack header (a few dozen bytes) packed into a caller's array. */
+struct hdr_buf {
+	char *p;
+	size_t len;
+};
+
+static int hdr_write(void *data, const char *buf, size_t len)
+{
+	struct hdr_buf *h = data;
+	memcpy(h->p + h->len, buf, len);
+	h->len += len;
+	return 0;
 }
 
 static void json_event(sbx_srv_run *sr, json_t *ev)
@@ -173,17 +215,17 @@ void sbx_srv_ev_data(sbx_srv_run *sr, const char *type, const char *data, size_t
 		json_event(sr, ev);
 		return;
 	}
-	msgpack_sbuffer sb;
+	/* The header is packed on the stack and the bytes appended once:
+	 * no msgpack_sbuffer holding a second copy of each chunk. */
+	char hdr[64];
 	msgpack_packer pk;
-	msgpack_sbuffer_init(&sb);
-	msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+	struct hdr_buf hb = {hdr, 0};
+	msgpack_packer_init(&pk, &hb, hdr_write);
 	msgpack_pack_map(&pk, 2);
 	mp_str(&pk, "type", type);
 	mp_key(&pk, "data");
 	msgpack_pack_bin(&pk, len);
-	msgpack_pack_bin_body(&pk, data, len);
-	push_event(sr, sb.data, sb.size);
-	msgpack_sbuffer_destroy(&sb);
+	push_event2(sr, hdr, hb.len, data, len);
 }
 
 void sbx_srv_ev_exit(sbx_srv_run *sr, const sbx_run_result *res)
@@ -226,4 +268,37 @@ void sbx_srv_ev_dropped(sbx_srv_run *sr, sbx_srv_buf *out)
 		{"bytes", NULL, (int64_t)sr->dropped_bytes},
 	};
 	encode_fields(sr->fmt, f, 3, out);
+}
+
+/* A data event read straight into the pending buffer: the fixed header
+ * (bin32 whatever the length: its size is known before the read, so the
+ * bytes land after it and are never moved) is written once the count is
+ * known.  Bytes read (0: nothing now, see sbx_run_read_output). */
+size_t sbx_srv_ev_read(sbx_srv_run *sr, int which, size_t max)
+{
+	static const char head_out[] = "\x82\xa4"
+				       "type\xa6"
+				       "stdout\xa4"
+				       "data\xc6";
+	static const char head_err[] = "\x82\xa4"
+				       "type\xa6"
+				       "stderr\xa4"
+				       "data\xc6";
+	const size_t hl = sizeof(head_out) - 1, total = hl + 4;
+
+	if (sr->fmt != SRV_FMT_MSGPACK || !buf_reserve(&sr->pending, total + max))
+		return 0;
+	char *at = sr->pending.data + sr->pending.len;
+	size_t n = sbx_run_read_output(sr->run, which, at + total, max);
+	if (n == 0)
+		return 0;
+	memcpy(at, which == 1 ? head_out : head_err, hl);
+	at[hl] = (char)(n >> 24);
+	at[hl + 1] = (char)(n >> 16);
+	at[hl + 2] = (char)(n >> 8);
+	at[hl + 3] = (char)n;
+	sr->pending.len += total + n;
+	sbx_srv_m.bytes_streamed += n;
+	note_event(sr, total + n);
+	return n;
 }

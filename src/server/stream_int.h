@@ -56,6 +56,10 @@ typedef struct sbx_srv_run {
 void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len);
 /* { type = "stdout"|"stderr", data } */
 void sbx_srv_ev_data(sbx_srv_run *sr, const char *type, const char *data, size_t len);
+/* The same, msgpack only, read from the run's stdout (which 1) or stderr
+ * (2) straight into the pending buffer (at most max bytes): the count, or
+ * 0 (nothing now, the stream ended, or JSON: use sbx_run_next). */
+size_t sbx_srv_ev_read(sbx_srv_run *sr, int which, size_t max);
 /* { type = "exit", returncode, runtime_ms, backend, termination_reason[, signal] } */
 void sbx_srv_ev_exit(sbx_srv_run *sr, const sbx_run_result *res);
 /* { type = "error", kind, message, reason, backend, returncode = -1 } */

@@ -5,7 +5,13 @@
 --      discarded) against `head -c N /dev/zero | cat > /dev/null`, and the
 --      floor of any network stream of a command's output: the same pipe
 --      plus one loopback TCP hop (cat into bash's /dev/tcp, a Python sink
---      reading 1 MiB at a time), with sbxd's CPU per GiB;
+--      reading 1 MiB at a time), with sbxd's CPU per GiB; and the same
+--      hop done the best way a server could (sbx-hop-floor: read+send or
+--      splice into one loopback connection to a reader process; "unix":
+--      sbxd's shape, through an AF_UNIX socketpair and a relay thread
+--      first), with sbxd's figure as a ratio to each, the C sender's CPU
+--      per GiB, and the CPU per GiB of each whole path (sbxd + curl, C
+--      sender + reader; head's share is the same in both and left out);
 --   2. put_bytes / get_bytes of M MB on-device against cp of the same
 --      file, and through sbxd (the Lua client's PUT/GET of the files
 --      route; the same PUTs by curl's CLI as a second client; sbxd's and
@@ -58,7 +64,7 @@ local function cpu_s(pid)
   if not f then return 0 end
   local st = f:read("*a")
   f:close()
-  local u, sy = st:match("%) %S+" .. (" %S+"):rep(11) .. " (%d+) (%d+)")
+  local u, sy = st:match("%) %S+" .. (" %S+"):rep(10) .. " (%d+) (%d+)")
   return (tonumber(u) + tonumber(sy)) / TICK
 end
 
@@ -124,6 +130,28 @@ local function curl_heads(url, auth, pieces)
   curl_each(pieces, function() return ("-I -H %s %s"):format(H.q(auth), H.q(url)) end)
 end
 
+-- The same floor done the best way a server could (sbx-hop-floor,
+-- tests/bench/hop_floor.c): head's pipe spliced (mode "splice") or read
+-- and sent (mode "rw") into one loopback connection to a reader process
+-- that receives every byte.  Seconds and the sender's CPU, or nil.
+local FLOOR = H.BIN .. "/sbx-hop-floor"
+local function hop_floor(bytes, mode)
+  local f = io.popen(("head -c %d /dev/zero | %s -m %s"):format(bytes, H.q(FLOOR), mode), "r")
+  local line = f and f:read("*l")
+  if f then f:close() end
+  local n, secs, scpu, rcpu = (line or ""):match("bytes=(%d+) secs=(%S+) send_cpu=(%S+) recv_cpu=(%S+)")
+  if tonumber(n) ~= bytes then return nil end
+  return tonumber(secs), tonumber(scpu), tonumber(rcpu)
+end
+
+-- CPU seconds of a shell's children from the last line of its `times`
+-- ("0m0.050000s 0m0.120000s": user, system).
+local function children_cpu(out)
+  local um, us, sm, ss = out:match("(%d+)m([%d.]+)s (%d+)m([%d.]+)s%s*$")
+  if not um then return nil end
+  return tonumber(um) * 60 + tonumber(us) + tonumber(sm) * 60 + tonumber(ss)
+end
+
 local function row(label, mbps, limit_label, limit_mbps, goal)
   print(("%-44s %7.0f MB/s   %-28s %7.0f MB/s   ratio %.2f (goal %s)"):format(label, mbps, limit_label,
     limit_mbps, mbps / limit_mbps, goal))
@@ -139,18 +167,35 @@ local ok, err = pcall(function()
 
   if args.only ~= "files" and args.gib > 0 then
     local bytes = math.floor(args.gib * 1024 * 1024 * 1024)
-    local via, peer, cpu, hop = {}, {}, {}, {}
+    local via, peer, cpu, hop, ccpu = {}, {}, {}, {}, {}
+    local modes = { "rw", "splice", "unix" }
+    local fl = { rw = {}, splice = {}, unix = {} }
+    local flcpu = { rw = {}, splice = {}, unix = {} }
+    local flrcpu = { rw = {}, splice = {}, unix = {} }
+    local gib = bytes / 2^30
     for i = 1, args.reps do
       local c0 = cpu_s(srv.pid)
       via[i] = timed(function()
-        local got = H.sh(("curl -s --http2-prior-knowledge -H %s -H 'accept: application/msgpack'"
-          .. " -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}' %s/v1/sessions/%s/runs")
-          :format(H.q(srv:auth()), bytes, srv.url, id))
-        assert(tonumber(got) and tonumber(got) >= bytes, "short stream: " .. tostring(got))
+        -- sh's `times` gives curl's CPU: the client's share of the path.
+        local cmd = ("curl -s --http2-prior-knowledge -H %s -H 'accept: application/msgpack'"
+          .. " -d '{\"cmd\":\"head -c %d /dev/zero\"}' -o /dev/null -w '%%{size_download}\\n'"
+          .. " %s/v1/sessions/%s/runs; times"):format(H.q(srv:auth()), bytes, srv.url, id)
+        local out = H.sh("sh -c " .. H.q(cmd))
+        local got = tonumber(out:match("^(%d+)"))
+        assert(got and got >= bytes, "short stream: " .. tostring(out))
+        ccpu[#ccpu + 1] = children_cpu(out) and children_cpu(out) / gib
       end)
-      cpu[i] = (cpu_s(srv.pid) - c0) / (bytes / 2^30)
+      cpu[i] = (cpu_s(srv.pid) - c0) / gib
       peer[i] = timed(function() os.execute(("head -c %d /dev/zero | cat > /dev/null"):format(bytes)) end)
       hop[i] = tcp_hop(bytes)
+      for _, m in ipairs(modes) do
+        local secs, scpu, rcpu = hop_floor(bytes, m)
+        if secs then
+          fl[m][#fl[m] + 1] = secs
+          flcpu[m][#flcpu[m] + 1] = scpu / gib
+          flrcpu[m][#flrcpu[m] + 1] = rcpu / gib
+        end
+      end
     end
     row(("%d MiB stdout through sbxd (curl)"):format(bytes / 2^20), bytes / median(via) / 1e6,
       "head -c | cat > /dev/null", bytes / median(peer) / 1e6, ">= 0.9")
@@ -159,6 +204,26 @@ local ok, err = pcall(function()
         bytes / median(peer) / 1e6, "-")
     end
     print(("  sbxd's CPU per GiB streamed: %.2f s (median)"):format(median(cpu)))
+    if #ccpu == args.reps then
+      print(("  curl's CPU per GiB: %.2f s; sbxd + curl: %.2f s (medians)"):format(median(ccpu),
+        median(cpu) + median(ccpu)))
+    end
+    -- The floor done the best way (C, one hop), and sbxd against it.
+    local via_mbps = bytes / median(via) / 1e6
+    for _, m in ipairs(modes) do
+      if #fl[m] == args.reps then
+        local mbps = bytes / median(fl[m]) / 1e6
+        row(("  floor: one TCP hop, C %s"):format(m), mbps, "head -c | cat > /dev/null",
+          bytes / median(peer) / 1e6, "-")
+        row("  sbxd against it", via_mbps, ("floor: one TCP hop, C %s"):format(m), mbps, "-")
+        print(("  the C sender's CPU per GiB (%s): %.2f s (median)"):format(m, median(flcpu[m])))
+        print(("  the C sender + reader's CPU per GiB (%s): %.2f s (medians; sbxd + curl against it: %.2f)")
+          :format(m, median(flcpu[m]) + median(flrcpu[m]), #ccpu == args.reps
+            and (median(cpu) + median(ccpu)) / (median(flcpu[m]) + median(flrcpu[m])) or 0 / 0))
+      else
+        print(("  floor: one TCP hop, C %s: unavailable (%s)"):format(m, FLOOR))
+      end
+    end
   end
 
   if args.only ~= "stream" and args.mb > 0 then

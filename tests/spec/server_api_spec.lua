@@ -133,6 +133,35 @@ describe_srv("sbxd HTTP/2 API", function()
     assert.equal(0, events[#events].returncode)
   end)
 
+  it("streams megabytes of msgpack output whole and in order, stdout and stderr apart", function()
+    -- Several pipe-fulls: sbxd reads stdout straight into its send buffer
+    -- (one event per read) while stderr goes the other way; a byte lost,
+    -- moved or mixed between the streams shows in the joined data.
+    local payload = msgpack.encode { cmd = "seq 1 400000; echo e1 >&2; seq 7 9; echo e2 >&2" }
+    local f = io.open(srv.dir .. "/big.mp", "wb") f:write(payload) f:close()
+    local out = H.sh(("curl -s --http2-prior-knowledge -H %s -H 'content-type: application/msgpack' " ..
+      "-H 'accept: application/msgpack' --data-binary @%s %s/v1/sessions/%s/runs"):format(
+      H.q(srv:auth()), srv.dir .. "/big.mp", srv.url, sid))
+    local pos, got, n = 1, { stdout = {}, stderr = {} }, 0
+    local last
+    while pos <= #out do
+      local ev, npos = msgpack.decode(out, pos)
+      assert.is_not_nil(ev, "truncated msgpack stream")
+      if got[ev.type] then
+        got[ev.type][#got[ev.type] + 1] = ev.data
+        n = n + 1
+      end
+      last, pos = ev, npos
+    end
+    local want = {}
+    for i = 1, 400000 do want[i] = tostring(i) end
+    assert.equal(table.concat(want, "\n") .. "\n7\n8\n9\n", table.concat(got.stdout))
+    assert.equal("e1\ne2\n", table.concat(got.stderr))
+    assert.is_true(n > 2, "the output came in one event")
+    assert.equal("exit", last.type)
+    assert.equal(0, last.returncode)
+  end)
+
   it("reports a timeout in the exit event", function()
     local body = srv:curl("/v1/sessions/" .. sid .. "/runs", "-H", srv:auth(), "-H", JSON,
       "-d", '{"cmd":"sleep 5","timeout_s":0.3}')
