@@ -237,10 +237,29 @@ int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_e
  * warm offers waiting anywhere on the host were enough to lose ours.  The
  * runs still get nofile: privdrop.c sets both of their limits.
  */
+/* fs.nr_open, read once per process (a file open and a scanf on every
+ * session's open otherwise); 0 when not root or unreadable. */
+static unsigned long long nr_open_once(void)
+{
+	static unsigned long long cached; /* nr_open + 1 once read */
+	unsigned long long v = __atomic_load_n(&cached, __ATOMIC_RELAXED), nr = 0;
+
+	if (v)
+		return v - 1;
+	FILE *f = geteuid() == 0 ? fopen("/proc/sys/fs/nr_open", "re") : NULL;
+	if (f) {
+		if (fscanf(f, "%llu", &nr) != 1)
+			nr = 0;
+		fclose(f);
+	}
+	__atomic_store_n(&cached, nr + 1, __ATOMIC_RELAXED);
+	return nr;
+}
+
 static int zygote_nofile(pid_t pid, const sbx_session_opts *o, sbx_err *err)
 {
 	struct rlimit nf;
-	unsigned long long nr_open = 0;
+	unsigned long long nr_open = nr_open_once();
 
 	if (prlimit(pid, RLIMIT_NOFILE, NULL, &nf) != 0)
 		return 0;
@@ -250,12 +269,6 @@ static int zygote_nofile(pid_t pid, const sbx_session_opts *o, sbx_err *err)
 			return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
 					   "nofile = %llu: raise the sandbox's hard limit: %s",
 					   (unsigned long long)o->nofile, strerror(errno));
-	}
-	FILE *f = geteuid() == 0 ? fopen("/proc/sys/fs/nr_open", "re") : NULL;
-	if (f) {
-		if (fscanf(f, "%llu", &nr_open) != 1)
-			nr_open = 0;
-		fclose(f);
 	}
 	struct rlimit most = nf;
 	if (nr_open > most.rlim_max)
