@@ -26,7 +26,7 @@
 
 #include "session_impl.h"
 
-/* The cgroup.procs files the zygote writes itself into (zygote_child),
+/* The cgroup.procs files the zygote writes itself into (zygote_setup.c),
  * one per controller the session made (-1 elsewhere): the same files
  * sbx_cgroup_attach writes, opened by the host, which may. */
 static int open_cgroup_procs(const sbx_cgroup *cg, int *procs, sbx_err *err)

@@ -188,8 +188,9 @@ int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg);
 #define SBX_MAX_CARRY 32
 
 /* What the zygote needs to build runs; lives in the zygote's memory.  It
- * crosses the zygote's exec as raw bytes (zygote_exec.c): scalars and fd
- * numbers travel as they are; a new pointer field must be packed there. */
+ * travels from the host to the zygote template as raw bytes
+ * (zygote_exec.c): scalars travel as they are, fds as indices into the
+ * fds sent along; a new pointer or fd field must be packed there. */
 struct sbx_zygote_cfg {
 	int ctl_fd;
 	const char *carry[SBX_MAX_CARRY + 1]; /* inside paths to re-attach, NULL-ended */

@@ -196,6 +196,8 @@ int sbx_zygote_pack(const struct sbx_zygote_spawn *sp, int *fds, size_t *nfds, s
 	plain.cfg.seccomp = NULL;
 	plain.cfg.bwrap_argv = NULL;
 	plain.cfg.host_work_dir = NULL;
+	memset(plain.cfg.idmap_path, 0, sizeof(plain.cfg.idmap_path)); /* bubblewrap's only */
+	plain.cfg.n_idmap = 0;
 	plain.fs = NULL;
 	plain.hostname = plain.hold_fifo = NULL;
 	if (bad) {
