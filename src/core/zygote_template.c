@@ -96,8 +96,12 @@ static int start_locked(sbx_err *err)
 }
 
 /* Send one request and read its answer: the zygote's pid, 0 when the
- * template is gone (start another), -1 with err, or -2 with *clone_errno
- * when the kernel refused the clone. */
+ * template was gone before it got the request (start another and ask
+ * again), -1 with err, or -2 with *clone_errno when the kernel refused
+ * the clone.  A template that ends after taking the request may have
+ * cloned a zygote holding this request's fds: that open fails (its
+ * zygote, if any, waits for id maps that never come, and goes with the
+ * session's close), and the next one starts another template. */
 static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_errno, sbx_err *err)
 {
 	struct sbx_tpl_req req;
@@ -115,8 +119,11 @@ static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_
 	}
 	while ((n = recv(T.sock, &rep, sizeof(rep), 0)) < 0 && errno == EINTR)
 		;
-	if (n == 0 || (n < 0 && errno == ECONNRESET))
-		return 0;
+	if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+		stop_locked();
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPIPE,
+				   "the zygote template ended while starting the sandbox");
+	}
 	if (n != (ssize_t)sizeof(rep) || rep.magic != SBX_TPL_MAGIC)
 		return sbx_err_set(err, SBX_E_EXECUTION, n < 0 ? errno : EPROTO,
 				   "the zygote template answered garbage");
@@ -158,7 +165,7 @@ pid_t sbx_zygote_template_spawn(uint64_t flags, const struct sbx_zygote_spawn *s
 		stop_locked();
 		pid = -1;
 		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPIPE,
-			    "the zygote template ended; started again");
+			    "the zygote template ended, and so did the one started after it");
 	}
 	pthread_mutex_unlock(&T.mu);
 	close(blob);
