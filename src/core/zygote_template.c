@@ -124,9 +124,11 @@ static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, EPIPE,
 				   "the zygote template ended while starting the sandbox");
 	}
-	if (n != (ssize_t)sizeof(rep) || rep.magic != SBX_TPL_MAGIC)
-		return sbx_err_set(err, SBX_E_EXECUTION, n < 0 ? errno : EPROTO,
-				   "the zygote template answered garbage");
+	if (n != (ssize_t)sizeof(rep) || rep.magic != SBX_TPL_MAGIC) {
+		int e = n < 0 ? errno : EPROTO;
+		stop_locked(); /* out of step with us: the next open starts another */
+		return sbx_err_set(err, SBX_E_EXECUTION, e, "the zygote template answered garbage");
+	}
 	if (rep.pid <= 0) {
 		*clone_errno = rep.err_no ? rep.err_no : EINVAL;
 		return -2;
