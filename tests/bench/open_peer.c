@@ -214,5 +214,7 @@ int main(int argc, char **argv)
 	qsort(open, (size_t)n, sizeof(double), cmp_double);
 	printf("n=%d p50=%.3f open_p50=%.3f min=%.3f max=%.3f\n", n, all[(n - 1) / 2],
 	       open[(n - 1) / 2], all[0], all[n - 1]);
+	free(all);
+	free(open);
 	return 0;
 }
