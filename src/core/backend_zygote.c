@@ -1,9 +1,10 @@
 /*
  * backend_zygote.c: how backends "userns" and "privileged" start a session:
  * clone the zygote into fresh mount, PID, network, IPC and UTS namespaces
- * (and a user namespace for userns: its id maps written from here), let it
- * join the session's cgroup, become the sandbox user (userns), build the
- * root and exec sbx-zygote (zygote_exec.c); then read its ready message.
+ * (and a user namespace for userns: its id maps written from here): the
+ * zygote template clones it (zygote_template.c), and it joins the
+ * session's cgroup, becomes the sandbox user (userns), builds the root
+ * (zygote_setup.c); then read its ready message.
  * The two backends differ only where s->privileged says so: no user
  * namespace, the zygote stays host root, each run gets the session's own
  * unprivileged host uid.
@@ -25,7 +26,7 @@
 
 #include "session_impl.h"
 
-/* The cgroup.procs files the zygote writes itself into (zygote_child),
+/* The cgroup.procs files the zygote writes itself into (zygote_setup.c),
  * one per controller the session made (-1 elsewhere): the same files
  * sbx_cgroup_attach writes, opened by the host, which may. */
 static int open_cgroup_procs(const sbx_cgroup *cg, int *procs, sbx_err *err)
@@ -53,141 +54,64 @@ static void close_all(int *fds, size_t n)
 	}
 }
 
-/* Child side: become the sandbox user, build the root, report, serve. */
-static __attribute__((noreturn)) void zygote_child(const sbx_session_opts *o, const sbx_session *s,
-						   int sync_fd, int ctl_fd, int image_fd,
-						   const struct sock_fprog *prog, const int *procs)
+/* What the zygote sets itself up from (zygote_setup.c, in the template's
+ * child): everything but what only it can open (its network namespaces,
+ * its oom_score_adj) is decided here. */
+static void fill_spawn(struct sbx_zygote_spawn *sp, const sbx_session_opts *o, const sbx_session *s,
+		       const struct sock_fprog *prog)
 {
-	struct sbx_zygote_cfg cfg;
-	sbx_err err;
-	char c;
-	int netns[SBX_NET_NMODES] = {-1, -1, -1}, listener = -1;
+	struct sbx_zygote_cfg *cfg = &sp->cfg;
 
-	memset(&err, 0, sizeof(err));
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	/* Into the session's cgroup before anything else: every run inherits
-	 * its ceilings.  We move ourselves (the host opened the files): the
-	 * move waits out an RCU grace period (~5-15 ms, cgroup v1), which is
-	 * then ours to wait, not the host's (sbxd's loop). */
-	for (int i = 0; i < SBX_CG_NCTL; i++) {
-		if (procs[i] >= 0 && write(procs[i], "0", 1) != 1) {
-			sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno,
-				    "join the session's cgroup: %s", strerror(errno));
-			sbx_zygote_fail(ctl_fd, &err);
-		}
-	}
-	/* A session and process group of our own, without a terminal: a
-	 * terminal's Ctrl-C, or any signal to the caller's group, reaches
-	 * neither us nor the inits we fork. */
-	setsid();
-	/* Tests only: hold the setup until someone opens this FIFO for
-	 * writing, so a spec can keep a session open pending as long as it
-	 * likes (tests/spec/server_loop_spec.lua).  Delays only this session. */
+	for (int i = 0; i < SBX_NET_NMODES; i++)
+		cfg->netns_fd[i] = -1;
+	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
+		cfg->bwrap_data_fd[i] = -1;
+	cfg->userns_fd = -1;
+	cfg->oom_fd = -1;
+	cfg->warm_mode = o->network_mode;
+	cfg->proxy_port = o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT;
+	cfg->memory_limited = s->cg.oom_path[0] != '\0';
+	/* Inits serve run after run where the host made an inbox for them
+	 * (with a memory ceiling an init stays in its run cgroup, which
+	 * then serves its runs one after another: cgroup.c). */
+	cfg->reuse = s->inbox[0] >= 0;
+	size_t nc = 0;
+	cfg->carry[nc++] = SBX_SANDBOX_WORKDIR;
+	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
+		if (sbx_rootfs_is_scratch(o->binds[i].path))
+			cfg->carry[nc++] = o->binds[i].path;
+	/* A pinned work dir at its host path below /tmp (rootfs_desc.c). */
+	const char *alias = sbx_rootfs_work_alias(o, s->work_dir);
+	if (alias && sbx_rootfs_is_scratch(alias) && nc < SBX_MAX_CARRY)
+		cfg->carry[nc++] = alias;
+	cfg->seccomp = prog;
+	cfg->tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
+	cfg->shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
+	cfg->lifetime_ms = o->lifetime_ms;
+	cfg->expire_at_ms = s->expire_at_ms;
+	cfg->expire_grace_ms = s->expire_grace_ms;
+	cfg->warm_runs = o->warm_runs ? o->warm_runs : 1;
+	cfg->idle_ms = !o->warm_idle_ms		       ? SBX_WARM_IDLE_MS
+		       : o->warm_idle_ms == UINT32_MAX ? 0
+						       : o->warm_idle_ms;
+	cfg->uid = s->inside_uid;
+	cfg->gid = s->inside_gid;
+	cfg->nofile = sbx_session_run_nofile(o);
+	cfg->fsize = o->fsize_bytes;
+	sp->fs = &s->fs;
+	sp->hostname = o->hostname ? o->hostname : "sandbox";
+	/* Tests only: tests/spec/server_loop_spec.lua (zygote_setup.c). */
 	const char *hold = getenv("SBX_TEST_HOLD_OPEN_FIFO");
-	if (hold && *hold) {
-		int h = open(hold, O_RDONLY | O_CLOEXEC);
-		if (h >= 0)
-			close(h);
-	}
-	/* Nothing of the host process may reach the sandbox: not its other
-	 * sessions' sockets, not its terminal. */
-	int keep[3 + SBX_FS_MAX_ENTRIES];
-	size_t nkeep = 0;
-	keep[nkeep++] = sync_fd;
-	keep[nkeep++] = ctl_fd;
-	keep[nkeep++] = image_fd;
-	/* The host's idmapped binds, attached as the root is built. */
-	for (size_t i = 0; i < s->fs.n; i++)
-		if (s->fs.e[i].mount_fd >= 0)
-			keep[nkeep++] = s->fs.e[i].mount_fd;
-	sbx_close_fds_except(keep, nkeep);
-	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
-	for (int i = 0; devnull >= 0 && i < 3; i++)
-		dup2(devnull, i);
-	if (devnull > 2)
-		close(devnull);
-	/* Wait until the host has written our id maps. */
-	if (read(sync_fd, &c, 1) != 1)
-		_exit(1);
-	close(sync_fd);
-	/* We are in the session's cgroup: root a cgroup namespace there, so
-	 * the runs see "/" and never the session's path. */
-	if (unshare(CLONE_NEWCGROUP) != 0) {
-		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup namespace: %s",
-			    strerror(errno));
-		sbx_zygote_fail(ctl_fd, &err);
-	}
-	/* Our own oom_score_adj, opened while the host's /proc is still
-	 * here and we are still its uid: see warm_offer. */
-	int oom_fd = s->cg.oom_path[0] ? open("/proc/self/oom_score_adj", O_RDWR | O_CLOEXEC) : -1;
-	/* userns: the zygote is the sandbox user, holding the capabilities
-	 * of its own user namespace.  privileged: there is no user namespace,
-	 * so the zygote stays host root (it must mount for every run); each
-	 * workload becomes the session's unprivileged host uid and drops
-	 * every capability before it runs anything. */
+	sp->hold_fifo = hold && *hold ? hold : NULL;
 	/* With inside root mapped (host side root: userns.c) the zygote, and
 	 * so every sbx-init, is root inside: another user than the workload,
 	 * which then cannot signal, ptrace or prlimit it.  Otherwise there is
 	 * one id, the sandbox user's. */
-	uid_t zid = s->aux_uid ? 0 : SBX_SANDBOX_UID;
-	if (!s->privileged && (sbx_sys_drop_groups() != 0 || sbx_sys_set_ids(zid, zid) != 0)) {
-		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
-			    (unsigned)zid, strerror(errno));
-	} else if (sbx_zygote_keep_caps(&err) == 0 && sbx_caps_drop_bounding(&err) == 0 &&
-		   sbx_rootfs_build(&s->fs, o->hostname ? o->hostname : "sandbox", &err) == 0 &&
-		   sbx_netns_prepare(netns, &listener, o->network_mode,
-				     o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT,
-				     &err) == 0) {
-		err.kind = SBX_E_NONE;
-	}
-	if (err.kind != SBX_E_NONE)
-		sbx_zygote_fail(ctl_fd, &err);
-	memset(&cfg, 0, sizeof(cfg));
-	memcpy(cfg.netns_fd, netns, sizeof(netns));
-	for (int i = 0; i < SBX_FS_MAX_DATA; i++)
-		cfg.bwrap_data_fd[i] = -1;
-	cfg.warm_mode = o->network_mode;
-	cfg.proxy_port = o->proxy_port ? o->proxy_port : DEFAULT_PROXY_PORT;
-	cfg.ctl_fd = ctl_fd;
-	cfg.oom_fd = oom_fd;
-	/* The host made us immune where it could (CAP_SYS_RESOURCE). */
-	snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "0");
-	if (oom_fd >= 0) {
-		char v[8] = "";
-		if (pread(oom_fd, v, sizeof(v) - 1, 0) > 0 && !strncmp(v, "-1000", 5))
-			snprintf(cfg.oom_adj, sizeof(cfg.oom_adj), "-1000");
-	}
-	cfg.memory_limited = s->cg.oom_path[0] != '\0';
-	/* Inits serve run after run where the host made an inbox for them
-	 * (with a memory ceiling an init stays in its run cgroup, which
-	 * then serves its runs one after another: cgroup.c). */
-	cfg.reuse = s->inbox[0] >= 0;
-	size_t nc = 0;
-	cfg.carry[nc++] = SBX_SANDBOX_WORKDIR;
-	for (size_t i = 0; i < o->n_binds && nc < SBX_MAX_CARRY; i++)
-		if (sbx_rootfs_is_scratch(o->binds[i].path))
-			cfg.carry[nc++] = o->binds[i].path;
-	/* A pinned work dir at its host path below /tmp (rootfs_desc.c). */
-	const char *alias = sbx_rootfs_work_alias(o, s->work_dir);
-	if (alias && sbx_rootfs_is_scratch(alias) && nc < SBX_MAX_CARRY)
-		cfg.carry[nc++] = alias;
-	cfg.seccomp = prog;
-	cfg.tmp_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/tmp");
-	cfg.shm_bytes = sbx_rootfs_tmpfs_size(&s->fs, "/dev/shm");
-	cfg.lifetime_ms = o->lifetime_ms;
-	cfg.expire_at_ms = s->expire_at_ms;
-	cfg.expire_grace_ms = s->expire_grace_ms;
-	cfg.warm_runs = o->warm_runs ? o->warm_runs : 1;
-	cfg.idle_ms = !o->warm_idle_ms		      ? SBX_WARM_IDLE_MS
-		      : o->warm_idle_ms == UINT32_MAX ? 0
-						      : o->warm_idle_ms;
-	cfg.uid = s->inside_uid;
-	cfg.gid = s->inside_gid;
-	cfg.nofile = sbx_session_run_nofile(o);
-	cfg.fsize = o->fsize_bytes;
-	/* Become sbx-zygote (zygote_exec.c), which says ready and serves. */
-	sbx_zygote_exec(image_fd, &cfg, listener, &err);
-	sbx_zygote_fail(ctl_fd, &err);
+	sp->zid = s->aux_uid ? 0 : SBX_SANDBOX_UID;
+	sp->privileged = s->privileged;
+	sp->oom = s->cg.oom_path[0] != '\0';
+	sp->net_mode = o->network_mode;
+	sp->proxy_port = cfg->proxy_port;
 }
 
 /* The ready message, waiting up to timeout_ms for it; *open_ns receives
@@ -237,10 +161,29 @@ int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_e
  * warm offers waiting anywhere on the host were enough to lose ours.  The
  * runs still get nofile: privdrop.c sets both of their limits.
  */
+/* fs.nr_open, read once per process (a file open and a scanf on every
+ * session's open otherwise); 0 when not root or unreadable. */
+static unsigned long long nr_open_once(void)
+{
+	static unsigned long long cached; /* nr_open + 1 once read */
+	unsigned long long v = __atomic_load_n(&cached, __ATOMIC_RELAXED), nr = 0;
+
+	if (v)
+		return v - 1;
+	FILE *f = geteuid() == 0 ? fopen("/proc/sys/fs/nr_open", "re") : NULL;
+	if (f) {
+		if (fscanf(f, "%llu", &nr) != 1)
+			nr = 0;
+		fclose(f);
+	}
+	__atomic_store_n(&cached, nr + 1, __ATOMIC_RELAXED);
+	return nr;
+}
+
 static int zygote_nofile(pid_t pid, const sbx_session_opts *o, sbx_err *err)
 {
 	struct rlimit nf;
-	unsigned long long nr_open = 0;
+	unsigned long long nr_open = nr_open_once();
 
 	if (prlimit(pid, RLIMIT_NOFILE, NULL, &nf) != 0)
 		return 0;
@@ -250,12 +193,6 @@ static int zygote_nofile(pid_t pid, const sbx_session_opts *o, sbx_err *err)
 			return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
 					   "nofile = %llu: raise the sandbox's hard limit: %s",
 					   (unsigned long long)o->nofile, strerror(errno));
-	}
-	FILE *f = geteuid() == 0 ? fopen("/proc/sys/fs/nr_open", "re") : NULL;
-	if (f) {
-		if (fscanf(f, "%llu", &nr_open) != 1)
-			nr_open = 0;
-		fclose(f);
 	}
 	struct rlimit most = nf;
 	if (nr_open > most.rlim_max)
@@ -277,49 +214,50 @@ static int zygote_nofile(pid_t pid, const sbx_session_opts *o, sbx_err *err)
 int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct sock_fprog **prog,
 			     sbx_err *err)
 {
-	int sync[2] = {-1, -1}, ctl[2] = {-1, -1}, procs[SBX_CG_NCTL];
+	int sync[2] = {-1, -1}, ctl[2] = {-1, -1};
+	struct sbx_zygote_spawn sp;
 
+	memset(&sp, 0, sizeof(sp));
 	for (int i = 0; i < SBX_CG_NCTL; i++)
-		procs[i] = -1;
-	int image_fd = sbx_zygote_image_fd(err);
-	if (image_fd < 0)
-		goto fail;
+		sp.procs[i] = -1;
 	if (pipe2(sync, O_CLOEXEC) != 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
 		goto fail;
 	}
-	/* Runs give inits back here (cfg.reuse in zygote_child); never
-	 * blocking a run's end: a full inbox lets the init go. */
+	/* Runs give inits back here (cfg.reuse); never blocking a run's
+	 * end: a full inbox lets the init go. */
 	if (s->max_idle && (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0,
 				       s->inbox) != 0)) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}
-	if (open_cgroup_procs(&s->cg, procs, err) < 0)
+	if (open_cgroup_procs(&s->cg, sp.procs, err) < 0)
 		goto fail;
+	fill_spawn(&sp, o, s, *prog);
+	sp.sync_fd = sync[0];
+	sp.cfg.ctl_fd = ctl[1];
 	/* No cgroup namespace yet: the child joins the session's cgroup
 	 * first (a move out of its namespace's root would be refused). */
 	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
 	if (!s->privileged)
 		flags |= CLONE_NEWUSER;
-	pid_t pid = sbx_sys_clone3_fork(flags, NULL);
+	int clone_errno = 0;
+	pid_t pid = sbx_zygote_template_spawn(flags, &sp, &clone_errno, err);
 	if (pid < 0) {
+		if (!clone_errno)
+			goto fail;
 		if (s->privileged)
-			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno,
+			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, clone_errno,
 				    "backend privileged: the kernel refused to create namespaces: "
 				    "%s",
-				    strerror(errno));
+				    strerror(clone_errno));
 		else
-			sbx_userns_explain(errno, err);
+			sbx_userns_explain(clone_errno, err);
 		goto fail;
 	}
-	if (pid == 0) {
-		close(sync[1]);
-		close(ctl[0]);
-		zygote_child(o, s, sync[0], ctl[1], image_fd, *prog, procs);
-	}
 	s->zygote = pid;
+	/* The zygote has its copies of these (the template sent them). */
 	close(sync[0]);
 	close(ctl[1]);
 	sync[0] = ctl[1] = -1;
@@ -329,7 +267,7 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 		goto fail;
 	if (zygote_nofile(pid, o, err) < 0)
 		goto fail;
-	close_all(procs, SBX_CG_NCTL);
+	close_all(sp.procs, SBX_CG_NCTL);
 	/* With a memory ceiling, the OOM killer must take a run, never the
 	 * session: its runs get 1000 (zygote.c); the zygote itself -1000
 	 * where we may lower it (CAP_SYS_RESOURCE; otherwise it stays 0, and
@@ -357,7 +295,7 @@ fail:
 	}
 	if (ctl[1] >= 0)
 		close(ctl[1]);
-	close_all(procs, SBX_CG_NCTL);
+	close_all(sp.procs, SBX_CG_NCTL);
 	return -1;
 }
 

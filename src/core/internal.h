@@ -95,8 +95,11 @@ struct sbx_status_rec {
 	char option[16];
 };
 
-/* Send one message of len bytes carrying nfds (<= 4) fds as SCM_RIGHTS;
- * 0, or -1 with errno. */
+/* Most fds one message carries: the kernel's SCM_MAX_FD (a zygote's
+ * settings travel to the template with every fd they name). */
+#define SBX_PROTO_MAX_FDS 253
+/* Send one message of len bytes carrying nfds (<= SBX_PROTO_MAX_FDS) fds
+ * as SCM_RIGHTS; 0, or -1 with errno. */
 int sbx_proto_send_fds(int sock, const void *buf, size_t len, const int *fds, size_t nfds);
 /* Receive one message into buf and at most max fds (CLOEXEC; any beyond
  * are closed): the bytes received (0 at EOF) or -1 with errno; *nfds says
@@ -185,8 +188,9 @@ int sbx_idmap_attach_private(const struct sbx_zygote_cfg *cfg);
 #define SBX_MAX_CARRY 32
 
 /* What the zygote needs to build runs; lives in the zygote's memory.  It
- * crosses the zygote's exec as raw bytes (zygote_exec.c): scalars and fd
- * numbers travel as they are; a new pointer field must be packed there. */
+ * travels from the host to the zygote template as raw bytes
+ * (zygote_exec.c): scalars travel as they are, fds as indices into the
+ * fds sent along; a new pointer or fd field must be packed there. */
 struct sbx_zygote_cfg {
 	int ctl_fd;
 	const char *carry[SBX_MAX_CARRY + 1]; /* inside paths to re-attach, NULL-ended */
@@ -284,22 +288,34 @@ bool sbx_rootfs_is_scratch(const char *path);
 /* The zygote's loop (zygote.c); never returns. */
 __attribute__((noreturn)) void sbx_zygote_main(const struct sbx_zygote_cfg *cfg);
 
-/* ---- the zygote's exec into sbx-zygote (zygote_exec.c, src/zygote) ---- */
+/* ---- the zygote template and the zygote's settings (zygote_template.c,
+ * zygote_exec.c, src/zygote) ---- */
 
 /* Host: the sealed memfd holding the sbx-zygote program embedded in libsbx,
  * made once per process (CLOEXEC); -1 with err. */
 int sbx_zygote_image_fd(sbx_err *err);
-/* Zygote, before it drops its bounding set: put its permitted capabilities
- * into the ambient set, so the exec keeps them. */
-int sbx_zygote_keep_caps(sbx_err *err);
-/* Zygote: exec image_fd with cfg (and the allowlist listener, or -1) packed
- * into a sealed memfd; fds named in cfg keep their numbers.  Returns only
- * on failure, -1 with err. */
-int sbx_zygote_exec(int image_fd, const struct sbx_zygote_cfg *cfg, int listener, sbx_err *err);
-/* sbx-zygote: read and check the packed cfg from the fd numbered fd_arg.
- * -1 when it is no blob at all; a damaged one is reported to the host and
- * ends the process. */
-int sbx_zygote_unpack(const char *fd_arg, struct sbx_zygote_cfg *cfg, int *listener);
+struct sbx_zygote_spawn; /* what a zygote sets itself up from (below) */
+/* Pack sp into a sealed memfd; the fds it names go into fds (at most max),
+ * which travel with it.  The memfd, or -1 with err. */
+int sbx_zygote_pack(const struct sbx_zygote_spawn *sp, int *fds, size_t *nfds, size_t max,
+		    sbx_err *err);
+/* Template's child: sp from the blob and the fds that came with it.  0, or
+ * -1 when it is damaged. */
+int sbx_zygote_unpack(int blob, const int *fds, size_t nfds, struct sbx_zygote_spawn *sp);
+/* Host's child: exec image_fd as the template serving sock.  Returns only
+ * on failure (-1, errno). */
+int sbx_zygote_exec_template(int image_fd, int sock);
+/* Host: a new zygote cloned by this process's template (started at the
+ * first call, and again when it died) into the namespaces of flags, a
+ * child of ours (CLONE_PARENT).  Its pid, or -1 with err (and
+ * *clone_errno when the kernel refused the clone itself, else 0). */
+pid_t sbx_zygote_template_spawn(uint64_t flags, const struct sbx_zygote_spawn *sp, int *clone_errno,
+				sbx_err *err);
+/* sbx-zygote as the template: serve sock until the host closes it. */
+__attribute__((noreturn)) void sbx_zygote_template_main(int sock);
+/* The template's child: set the zygote up from sp (the id maps, the
+ * cgroup, the root, the network namespaces), say ready, become it. */
+__attribute__((noreturn)) void sbx_zygote_setup(struct sbx_zygote_spawn *sp);
 /* Zygote -> host: a message with fds, waiting up to SBX_ZYGOTE_SEND_WAIT_MS
  * while the kernel refuses them for our uid's fds in flight (ETOOMANYREFS:
  * that uid is shared by every session's zygote; other hosts reading their
@@ -579,5 +595,24 @@ void sbx_opennet_stop_nowait(sbx_opennet *on);
 /* Reap a child already killed from a detached thread (reaper.c), so the
  * caller does not wait out its exit; blocking when no thread can start. */
 void sbx_reap_later(pid_t pid);
+
+/* ---- the zygote's setup, packed for the template (zygote_exec.c) ---- */
+
+/* What a zygote sets itself up from (backend_zygote.c fills it in the
+ * host; it crosses to the template packed, zygote_exec.c). */
+struct sbx_zygote_spawn {
+	struct sbx_zygote_cfg cfg; /* ctl_fd and the rest; the zygote adds
+				    * its netns fds, oom_fd and oom_adj */
+	const sbx_rootfs *fs;	   /* the root to build */
+	const char *hostname;
+	const char *hold_fifo;	/* tests only (SBX_TEST_HOLD_OPEN_FIFO), or NULL */
+	int sync_fd;		/* read: one byte once the id maps are written */
+	int procs[SBX_CG_NCTL]; /* cgroup.procs files to join, or -1 */
+	uid_t zid;		/* userns: the zygote's own uid and gid inside */
+	bool privileged;	/* no user namespace: stay host root */
+	bool oom;		/* the session has a memory ceiling */
+	sbx_net net_mode;	/* the widest network mode it prepares */
+	uint16_t proxy_port;
+};
 
 #endif

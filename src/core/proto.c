@@ -15,7 +15,7 @@
 
 #define NFDS 4
 /* Most fds one control message carries. */
-#define MAX_FDS 4
+#define MAX_FDS SBX_PROTO_MAX_FDS
 
 static int send_iov(int sock, struct iovec *iov, size_t niov, const int *fds, size_t nfds)
 {

@@ -31,7 +31,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -49,52 +48,60 @@ static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urand
 
 #define FAIL(...) sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno, __VA_ARGS__)
 
-/* The flags a remount must keep: in a user namespace the kernel locks the
- * flags a mount had when it was inherited, and refuses a remount that drops
- * them. */
-static unsigned long locked_flags(const char *path)
-{
-	struct statvfs sv;
-	unsigned long f = 0;
-
-	if (statvfs(path, &sv) != 0)
-		return 0;
-	if (sv.f_flag & ST_NOEXEC)
-		f |= MS_NOEXEC;
-	if (sv.f_flag & ST_NOATIME)
-		f |= MS_NOATIME;
-	if (sv.f_flag & ST_NODIRATIME)
-		f |= MS_NODIRATIME;
-	if (sv.f_flag & ST_RELATIME)
-		f |= MS_RELATIME;
-	if (sv.f_flag & ST_NODEV)
-		f |= MS_NODEV;
-	return f;
-}
-
-/* Bind src at dst (both existing), then remount with the wanted flags. */
+/* Bind src at dst (both existing), then set the wanted flags with
+ * mount_setattr: it only adds flags (and clears read-only for a writable
+ * bind), so the flags a mount had when it was inherited, which the kernel
+ * locks in a user namespace, stay as they are without a statvfs to find
+ * them (what a remount, which replaces every flag, needed). */
 static int bind_mount(const char *src, const char *dst, bool writable, bool allow_dev, sbx_err *err)
 {
-	unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID;
+	struct mount_attr attr;
 
 	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0)
 		return FAIL("bind %s on %s: %s", src, dst, strerror(errno));
-	if (!writable)
-		flags |= MS_RDONLY;
-	if (!allow_dev)
-		flags |= MS_NODEV;
-	flags |= locked_flags(dst);
-	if (mount(NULL, dst, NULL, flags, NULL) != 0)
+	memset(&attr, 0, sizeof(attr));
+	attr.attr_set = MOUNT_ATTR_NOSUID | (writable ? 0 : MOUNT_ATTR_RDONLY) |
+			(allow_dev ? 0 : MOUNT_ATTR_NODEV);
+	attr.attr_clr = writable ? MOUNT_ATTR_RDONLY : 0;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, dst, 0, &attr, sizeof(attr)) != 0)
 		return FAIL("remount %s read-%s: %s", dst, writable ? "write" : "only",
 			    strerror(errno));
 	return 0;
 }
 
+/* While the root is built (one process, a tree that only grows), the
+ * last dir mkdirs made or found: entries in a row share a parent
+ * (/etc/...), and each would otherwise pay a failing mkdir for it.  Off
+ * outside sbx_rootfs_build: a run's fresh /tmp must not look made. */
+static bool made_on;
+static char made_last[PATH_MAX];
+
+static int mkdirs_walk(const char *path, mode_t mode);
+
 /* mkdir -p beneath the new root (path is absolute, inside). */
 static int mkdirs(const char *path, mode_t mode)
 {
+	size_t len = strlen(path);
+
+	if (made_on && !strcmp(path, made_last))
+		return 0;
+	if (mkdirs_walk(path, mode) != 0)
+		return -1;
+	if (made_on && len < sizeof(made_last))
+		memcpy(made_last, path, len + 1);
+	return 0;
+}
+
+static int mkdirs_walk(const char *path, mode_t mode)
+{
 	char buf[PATH_MAX];
 
+	/* Most parents exist already (the root's entries share them): one
+	 * mkdir then, not one per component. */
+	if (mkdir(path, mode) == 0 || errno == EEXIST)
+		return 0;
+	if (errno != ENOENT)
+		return -1;
 	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
 		return -1;
 	for (char *p = buf + 1; *p; p++) {
@@ -153,12 +160,9 @@ static int replicate(const char *host_path, const char *inside, bool writable, b
 	if (S_ISDIR(st.st_mode)) {
 		if (mkdir(dst, 0755) != 0 && errno != EEXIST)
 			return FAIL("mkdir %s: %s", dst, strerror(errno));
-	} else {
-		int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-		if (fd < 0 && errno != EEXIST)
-			return FAIL("create %s: %s", dst, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	} else if (mknod(dst, S_IFREG | 0644, 0) != 0 && errno != EEXIST) {
+		/* (A mount point file: mknod is one call, open and close two.) */
+		return FAIL("create %s: %s", dst, strerror(errno));
 	}
 	return bind_mount(src, dst, writable, false, err);
 }
@@ -250,10 +254,8 @@ static int mount_dev_node(const sbx_fs_entry *e, sbx_err *err)
 	if (mkdirs(dst, 0755) != 0)
 		return FAIL("mkdir %s: %s", dst, strerror(errno));
 	*slash = '/';
-	int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-	if (fd < 0)
+	if (mknod(dst, S_IFREG | 0666, 0) != 0 && errno != EEXIST)
 		return FAIL("create %s: %s", dst, strerror(errno));
-	close(fd);
 	return bind_mount(src, dst, true, true, err);
 }
 
@@ -272,10 +274,8 @@ static int mount_dev(sbx_err *err)
 	for (int i = 0; dev_nodes[i]; i++) {
 		snprintf(src, sizeof(src), OLD "/dev/%s", dev_nodes[i]);
 		snprintf(dst, sizeof(dst), NEW "/dev/%s", dev_nodes[i]);
-		int fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
-		if (fd < 0)
+		if (mknod(dst, S_IFREG | 0666, 0) != 0)
 			return FAIL("create %s: %s", dst, strerror(errno));
-		close(fd);
 		/* A device node works only on a mount without nodev. */
 		if (bind_mount(src, dst, true, true, err) < 0)
 			return -1;
@@ -333,7 +333,19 @@ int sbx_rootfs_mount_entry(const sbx_fs_entry *e, sbx_err *err)
 			   (int)e->kind);
 }
 
+static int rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err);
+
 int sbx_rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err)
+{
+	made_on = true;
+	made_last[0] = '\0';
+	int rc = rootfs_build(fs, hostname, err);
+	made_on = false;
+	made_last[0] = '\0';
+	return rc;
+}
+
+static int rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err)
 {
 	/* Nothing we mount may propagate back to the host, and host mounts
 	 * made later do not appear here either. */

@@ -1,26 +1,26 @@
 /*
- * zygote_exec.c: the zygote's exec into sbx-zygote, sbx's own program.
+ * zygote_exec.c: how a session's zygote gets its settings, and the exec
+ * of the zygote template (zygote_template.c) into sbx-zygote.
  *
- * The zygote is cloned from the caller (sbxlua, sbxd, any LuaJIT): until it
- * execs, its argv, environment and address space are the caller's, and
- * every init forked from it would show them (/proc/1/cmdline inside a run)
- * or carry them (sbxd's heap).  So once the namespaces, the root and the
- * network namespaces are built, zygote_child (session.c) packs the small
- * struct sbx_zygote_cfg into a sealed memfd and execs the sbx-zygote image
- * (zygote_image.c) through an fd opened before pivot_root: the image needs
- * no path inside the sandbox.  What crosses the exec:
+ * A zygote is cloned by the template, a small process running the
+ * sbx-zygote image (zygote_image.c) that the host starts once: it never
+ * shares the host's argv, environment or address space (what every init
+ * forked from it would show in /proc/1/cmdline, or carry), and a clone of
+ * it copies a few pages instead of the host's whole memory.  The host
+ * packs what the zygote needs to set itself up (struct sbx_zygote_spawn:
+ * its cfg, the root's description, the seccomp program, the carried
+ * paths) into a sealed memfd, sent to the template with the fds it names
+ * (this file's format):
  *
- *   - the blob (this file's format): a header, the cfg's bytes, the seccomp
- *     program, the carried paths; fd numbers inside the cfg stay valid
- *     because exactly those fds lose FD_CLOEXEC;
- *   - the capabilities: an exec as a non-root uid (or as root under
- *     SECBIT_NOROOT, which caps.c sets) drops them all, so the zygote puts
- *     its permitted set into the ambient set first (sbx_zygote_keep_caps);
- *   - namespaces, cgroup, rlimits, oom_score_adj, the signal mask.
+ *   - a header, the spawn's bytes (pointers cleared, fds as indices into
+ *     the fds sent along), the seccomp program, the carried paths' and
+ *     the root entries' offsets, then their strings;
+ *   - every length is checked by the reader; a string offset always
+ *     lands on a NUL-terminated string inside the blob.
  *
- * The image is built from the same sources in the same build as this
- * library, so the cfg layout matches; the header still says which layout
- * it carries (version, size), and the new program checks every length.
+ * The template image is built from the same sources in the same build as
+ * this library, so the layout matches; the header still says which layout
+ * it carries (version, size).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,20 +40,30 @@
 #include "internal.h"
 
 #define BLOB_MAGIC 0x7a786273u /* "sbxz" */
-/* Bump when the blob's layout changes (the cfg's own size is checked too). */
-#define BLOB_VERSION 2u
-#define BLOB_MAX_STRINGS (SBX_MAX_CARRY * PATH_MAX)
+/* Bump when the blob's layout changes (the spawn's own size is checked too). */
+#define BLOB_VERSION 3u
+#define BLOB_MAX_BYTES (64u << 20)
 #define BLOB_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 
 struct blob_hdr {
 	uint32_t magic;
 	uint32_t version;
-	uint32_t cfg_size;    /* sizeof(struct sbx_zygote_cfg) of the packer */
-	uint32_t n_filter;    /* seccomp instructions after the cfg */
-	uint32_t n_carry;     /* NUL-terminated paths after the filter */
-	uint32_t strings_len; /* their bytes */
-	int32_t ctl_fd;	      /* where to report a bad blob */
-	int32_t listener;     /* allowlist proxy listener for the ready message, or -1 */
+	uint32_t spawn_size; /* sizeof(struct sbx_zygote_spawn) of the packer */
+	uint32_t n_filter;   /* seccomp instructions after the spawn */
+	uint32_t n_carry;    /* string offsets of the carried paths */
+	uint32_t n_fs;	     /* root entries */
+	uint32_t strings_len;
+	uint32_t hostname; /* string offsets: 0 is NULL, else offset + 1 */
+	uint32_t hold_fifo;
+};
+
+/* One entry of the root's description. */
+struct blob_fs {
+	uint32_t kind;
+	uint32_t src, dst, data; /* string offsets */
+	int32_t mount_fd;	 /* index into the fds, or -1 */
+	uint8_t writable, mirror, pad[2];
+	uint64_t size;
 };
 
 int sbx_zygote_send_fds(int ctl_fd, const void *buf, size_t len, const int *fds, size_t nfds)
@@ -101,94 +111,138 @@ void sbx_zygote_fail(int ctl_fd, const sbx_err *err)
 	_exit(1);
 }
 
-int sbx_zygote_keep_caps(sbx_err *err)
-{
-	cap_t caps = cap_get_proc();
-	cap_value_t all[CAP_LAST_CAP + 1];
-	int n = 0;
+/* The strings a blob carries, appended as they are met. */
+struct strtab {
+	char *buf;
+	size_t len, cap;
+};
 
-	if (!caps)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "caps: %s", strerror(errno));
-	for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++) {
-		cap_flag_value_t v = CAP_CLEAR;
-		if (cap_get_flag(caps, c, CAP_PERMITTED, &v) == 0 && v == CAP_SET)
-			all[n++] = c;
+static uint32_t str_add(struct strtab *t, const char *s)
+{
+	if (!s)
+		return 0;
+	size_t n = strlen(s) + 1;
+	if (t->len + n > t->cap) {
+		size_t cap = (t->cap ? t->cap * 2 : 4096) + n;
+		char *b = realloc(t->buf, cap);
+		if (!b)
+			return UINT32_MAX;
+		t->buf = b;
+		t->cap = cap;
 	}
-	/* Ambient needs each capability permitted and inheritable. */
-	int rc = n ? cap_set_flag(caps, CAP_INHERITABLE, n, all, CAP_SET) : 0;
-	if (rc == 0)
-		rc = cap_set_proc(caps);
-	for (int i = 0; rc == 0 && i < n; i++)
-		rc = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, (unsigned long)all[i], 0, 0);
-	int e = errno;
-	cap_free(caps);
-	if (rc != 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, e,
-				   "caps: keep the zygote's capabilities across its exec: %s",
-				   strerror(e));
-	return 0;
+	memcpy(t->buf + t->len, s, n);
+	t->len += n;
+	return (uint32_t)(t->len - n + 1);
 }
 
-/* The fds the new program uses keep their numbers: only they lose CLOEXEC. */
-static int keep_fd(int fd)
+/* The index of fd among fds (added when new), or -1 for fd < 0. */
+static int fd_index(int fd, int *fds, size_t *nfds, size_t max)
 {
-	return fd < 0 ? 0 : fcntl(fd, F_SETFD, 0);
+	if (fd < 0)
+		return -1;
+	if (*nfds >= max)
+		return -2;
+	fds[*nfds] = fd;
+	return (int)(*nfds)++;
 }
 
-static int pack(const struct sbx_zygote_cfg *cfg, int listener, sbx_err *err)
+int sbx_zygote_pack(const struct sbx_zygote_spawn *sp, int *fds, size_t *nfds, size_t max,
+		    sbx_err *err)
 {
 	struct blob_hdr h;
-	struct sbx_zygote_cfg plain = *cfg;
-	size_t lens[SBX_MAX_CARRY + 1];
+	struct sbx_zygote_spawn plain = *sp;
+	struct strtab t = {NULL, 0, 0};
+	uint32_t carry[SBX_MAX_CARRY];
+	size_t n_fs = sp->fs ? sp->fs->n : 0;
+	struct blob_fs *fe = calloc(n_fs ? n_fs : 1, sizeof(*fe));
+	bool ok = fe != NULL;
+	int fd = -1, bad = 0;
 
 	memset(&h, 0, sizeof(h));
 	h.magic = BLOB_MAGIC;
 	h.version = BLOB_VERSION;
-	h.cfg_size = sizeof(plain);
-	h.n_filter = cfg->seccomp ? cfg->seccomp->len : 0;
-	h.ctl_fd = cfg->ctl_fd;
-	h.listener = listener;
-	while (cfg->carry[h.n_carry]) {
-		lens[h.n_carry] = strlen(cfg->carry[h.n_carry]) + 1;
-		h.strings_len += (uint32_t)lens[h.n_carry++];
+	h.spawn_size = sizeof(plain);
+	h.n_filter = sp->cfg.seccomp ? sp->cfg.seccomp->len : 0;
+	h.n_fs = (uint32_t)n_fs;
+	*nfds = 0;
+	/* fds travel as indices into what is sent along. */
+	plain.sync_fd = fd_index(sp->sync_fd, fds, nfds, max);
+	plain.cfg.ctl_fd = fd_index(sp->cfg.ctl_fd, fds, nfds, max);
+	for (int i = 0; i < SBX_CG_NCTL; i++)
+		bad |= (plain.procs[i] = fd_index(sp->procs[i], fds, nfds, max)) == -2;
+	bad |= plain.sync_fd == -2 || plain.cfg.ctl_fd == -2;
+	for (; ok && sp->cfg.carry[h.n_carry]; h.n_carry++)
+		ok = (carry[h.n_carry] = str_add(&t, sp->cfg.carry[h.n_carry])) != UINT32_MAX;
+	h.hostname = ok ? str_add(&t, sp->hostname) : 0;
+	h.hold_fifo = ok ? str_add(&t, sp->hold_fifo) : 0;
+	ok = ok && h.hostname != UINT32_MAX && h.hold_fifo != UINT32_MAX;
+	for (size_t i = 0; ok && i < n_fs; i++) {
+		const sbx_fs_entry *e = &sp->fs->e[i];
+		fe[i].kind = (uint32_t)e->kind;
+		fe[i].src = str_add(&t, e->src);
+		fe[i].dst = str_add(&t, e->dst);
+		fe[i].data = str_add(&t, e->data);
+		fe[i].mount_fd = fd_index(e->mount_fd, fds, nfds, max);
+		fe[i].writable = e->writable;
+		fe[i].mirror = e->mirror;
+		fe[i].size = e->size;
+		ok = fe[i].src != UINT32_MAX && fe[i].dst != UINT32_MAX && fe[i].data != UINT32_MAX;
+		bad |= fe[i].mount_fd == -2;
 	}
-	/* Pointers mean nothing after the exec: they are rebuilt from what
-	 * follows the cfg. */
-	memset(plain.carry, 0, sizeof(plain.carry));
-	plain.seccomp = NULL;
-	plain.bwrap_argv = NULL;
-	plain.host_work_dir = NULL;
-
-	int fd = (int)syscall(SYS_memfd_create, "sbx-zygote-cfg", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "memfd: %s", strerror(errno));
-	bool ok = write(fd, &h, sizeof(h)) == sizeof(h) &&
-		  write(fd, &plain, sizeof(plain)) == sizeof(plain);
+	h.strings_len = (uint32_t)t.len;
+	/* Pointers mean nothing in another process: they are rebuilt from
+	 * what follows the spawn. */
+	memset(plain.cfg.carry, 0, sizeof(plain.cfg.carry));
+	plain.cfg.seccomp = NULL;
+	plain.cfg.bwrap_argv = NULL;
+	plain.cfg.host_work_dir = NULL;
+	memset(plain.cfg.idmap_path, 0, sizeof(plain.cfg.idmap_path)); /* bubblewrap's only */
+	plain.cfg.n_idmap = 0;
+	plain.fs = NULL;
+	plain.hostname = plain.hold_fifo = NULL;
+	if (bad) {
+		free(fe);
+		free(t.buf);
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
+				   "too many idmapped paths for one session (at most %zu)",
+				   max - 3 - SBX_CG_NCTL);
+	}
+	if (ok)
+		fd = (int)syscall(SYS_memfd_create, "sbx-zygote-cfg",
+				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	ok = ok && fd >= 0 && write(fd, &h, sizeof(h)) == sizeof(h) &&
+	     write(fd, &plain, sizeof(plain)) == sizeof(plain);
 	size_t flen = h.n_filter * sizeof(struct sock_filter);
 	if (ok && flen)
-		ok = write(fd, cfg->seccomp->filter, flen) == (ssize_t)flen;
-	for (uint32_t i = 0; ok && i < h.n_carry; i++)
-		ok = write(fd, cfg->carry[i], lens[i]) == (ssize_t)lens[i];
+		ok = write(fd, sp->cfg.seccomp->filter, flen) == (ssize_t)flen;
+	if (ok && h.n_carry)
+		ok = write(fd, carry, h.n_carry * sizeof(carry[0])) ==
+		     (ssize_t)(h.n_carry * sizeof(carry[0]));
+	if (ok && n_fs)
+		ok = write(fd, fe, n_fs * sizeof(*fe)) == (ssize_t)(n_fs * sizeof(*fe));
+	if (ok && t.len)
+		ok = write(fd, t.buf, t.len) == (ssize_t)t.len;
+	int e = errno ? errno : ENOMEM;
+	free(fe);
+	free(t.buf);
 	if (!ok || fcntl(fd, F_ADD_SEALS, BLOB_SEALS) != 0 || lseek(fd, 0, SEEK_SET) != 0) {
-		int e = errno;
-		close(fd);
+		e = ok ? errno : e;
+		if (fd >= 0)
+			close(fd);
 		return sbx_err_set(err, SBX_E_EXECUTION, e, "write the zygote's settings: %s",
 				   strerror(e));
 	}
 	return fd;
 }
 
-int sbx_zygote_exec(int image_fd, const struct sbx_zygote_cfg *cfg, int listener, sbx_err *err)
+int sbx_zygote_exec_template(int image_fd, int sock)
 {
-	int blob = pack(cfg, listener, err);
 	char num[16];
 
-	if (blob < 0)
-		return -1;
-	snprintf(num, sizeof(num), "%d", blob);
+	snprintf(num, sizeof(num), "%d", sock);
 	/* sbx's argv and environment, nothing of the caller's.  A sanitizer
 	 * build passes on its options (detect_leaks and the like). */
-	char *argv[] = {"sbx-zygote", num, NULL};
+	char *argv[] = {"sbx-zygote", "template", num, NULL};
 	char *envp[4] = {NULL};
 #if defined(__SANITIZE_ADDRESS__)
 	size_t ne = 0;
@@ -203,83 +257,109 @@ int sbx_zygote_exec(int image_fd, const struct sbx_zygote_cfg *cfg, int listener
 		}
 	}
 #endif
-	bool ok = keep_fd(blob) == 0 && keep_fd(cfg->ctl_fd) == 0 && keep_fd(cfg->oom_fd) == 0 &&
-		  keep_fd(listener) == 0;
-	for (int m = 0; ok && m < SBX_NET_NMODES; m++)
-		ok = keep_fd(cfg->netns_fd[m]) == 0;
-	if (ok)
+	if (fcntl(sock, F_SETFD, 0) == 0)
 		syscall(SYS_execveat, image_fd, "", argv, envp, AT_EMPTY_PATH);
-	int e = errno;
-	close(blob);
-	return sbx_err_set(
-		err, SBX_E_BACKEND_UNAVAILABLE, e, "exec sbx-zygote: %s%s", strerror(e),
-		e == EACCES ? " (is vm.memfd_noexec 2? sbx execs its zygote from a memfd)" : "");
+	return -1;
 }
 
-/* Read exactly len bytes at the blob's current offset. */
-static bool read_all(int fd, void *buf, size_t len)
+/* The string at offset off (0: NULL); *ok false when it lies outside. */
+static const char *str_at(const char *strings, uint32_t len, uint32_t off, bool *ok)
 {
-	return len == 0 || read(fd, buf, len) == (ssize_t)len;
+	if (off == 0)
+		return NULL;
+	if (off - 1 >= len) {
+		*ok = false;
+		return NULL;
+	}
+	return strings + off - 1;
 }
 
-int sbx_zygote_unpack(const char *fd_arg, struct sbx_zygote_cfg *cfg, int *listener)
+/* The fd at index i of what came along (-1 stays -1). */
+static int fd_at(int i, const int *fds, size_t nfds, bool *ok)
 {
-	static struct sock_filter filter[BPF_MAXINSNS];
+	if (i < 0)
+		return -1;
+	if ((size_t)i >= nfds) {
+		*ok = false;
+		return -1;
+	}
+	return fds[i];
+}
+
+int sbx_zygote_unpack(int blob, const int *fds, size_t nfds, struct sbx_zygote_spawn *sp)
+{
 	static struct sock_fprog prog;
-	static char strings[BLOB_MAX_STRINGS];
 	struct blob_hdr h;
-	sbx_err err;
-	char *end;
-	long fd = fd_arg ? strtol(fd_arg, &end, 10) : -1;
 	struct stat st;
+	bool ok = true;
 
-	memset(&err, 0, sizeof(err));
-	if (fd < 3 || *end || fstat((int)fd, &st) != 0 || !read_all((int)fd, &h, sizeof(h)) ||
-	    h.magic != BLOB_MAGIC)
-		return -1; /* nothing says where to report: the host sees us die */
-	if (h.version != BLOB_VERSION || h.cfg_size != sizeof(*cfg) || h.n_filter > BPF_MAXINSNS ||
-	    h.n_carry > SBX_MAX_CARRY || h.strings_len > sizeof(strings) ||
-	    (uint64_t)st.st_size != sizeof(h) + sizeof(*cfg) +
-					    h.n_filter * sizeof(struct sock_filter) +
-					    h.strings_len ||
-	    fcntl((int)fd, F_GET_SEALS) != BLOB_SEALS) {
-		sbx_err_set(&err, SBX_E_EXECUTION, EINVAL,
-			    "sbx-zygote: its settings are of another version or damaged (blob "
-			    "version %u, expected %u)",
-			    h.version, BLOB_VERSION);
-		sbx_zygote_fail(h.ctl_fd, &err);
-	}
-	if (!read_all((int)fd, cfg, sizeof(*cfg)) ||
-	    !read_all((int)fd, filter, h.n_filter * sizeof(struct sock_filter)) ||
-	    !read_all((int)fd, strings, h.strings_len) ||
-	    (h.strings_len && strings[h.strings_len - 1] != '\0')) {
-		sbx_err_set(&err, SBX_E_EXECUTION, EIO, "sbx-zygote: cannot read its settings");
-		sbx_zygote_fail(h.ctl_fd, &err);
-	}
-	close((int)fd);
-	memset(cfg->carry, 0, sizeof(cfg->carry));
-	const char *p = strings;
+	if (fstat(blob, &st) != 0 || st.st_size < (off_t)sizeof(h) ||
+	    st.st_size > (off_t)BLOB_MAX_BYTES || fcntl(blob, F_GET_SEALS) != BLOB_SEALS)
+		return -1;
+	char *buf = malloc((size_t)st.st_size);
+	if (!buf || pread(blob, buf, (size_t)st.st_size, 0) != st.st_size)
+		return -1;
+	memcpy(&h, buf, sizeof(h));
+	uint64_t want = sizeof(h) + (uint64_t)sizeof(*sp) +
+			(uint64_t)h.n_filter * sizeof(struct sock_filter) +
+			(uint64_t)h.n_carry * sizeof(uint32_t) +
+			(uint64_t)h.n_fs * sizeof(struct blob_fs) + h.strings_len;
+	if (h.magic != BLOB_MAGIC || h.version != BLOB_VERSION || h.spawn_size != sizeof(*sp) ||
+	    h.n_filter > BPF_MAXINSNS || h.n_carry > SBX_MAX_CARRY || h.n_fs > SBX_FS_MAX_ENTRIES ||
+	    want != (uint64_t)st.st_size)
+		return -1;
+	const char *p = buf + sizeof(h);
+	memcpy(sp, p, sizeof(*sp));
+	p += sizeof(*sp);
+	struct sock_filter *filter = (struct sock_filter *)(void *)p;
+	p += h.n_filter * sizeof(struct sock_filter);
+	const char *carry = p;
+	p += h.n_carry * sizeof(uint32_t);
+	const char *fsp = p;
+	p += h.n_fs * sizeof(struct blob_fs);
+	const char *strings = p;
+	if (h.strings_len && strings[h.strings_len - 1] != '\0')
+		return -1;
+	memset(sp->cfg.carry, 0, sizeof(sp->cfg.carry));
 	for (uint32_t i = 0; i < h.n_carry; i++) {
-		if (p >= strings + h.strings_len) {
-			sbx_err_set(&err, SBX_E_EXECUTION, EINVAL,
-				    "sbx-zygote: its carried paths are damaged");
-			sbx_zygote_fail(h.ctl_fd, &err);
-		}
-		cfg->carry[i] = p;
-		p += strlen(p) + 1;
+		uint32_t off;
+		memcpy(&off, carry + i * sizeof(off), sizeof(off));
+		sp->cfg.carry[i] = str_at(strings, h.strings_len, off, &ok);
+		ok = ok && sp->cfg.carry[i];
 	}
+	sp->hostname = str_at(strings, h.strings_len, h.hostname, &ok);
+	sp->hold_fifo = str_at(strings, h.strings_len, h.hold_fifo, &ok);
+	static sbx_rootfs fs;
+	fs.n = h.n_fs;
+	fs.e = calloc(h.n_fs ? h.n_fs : 1, sizeof(*fs.e));
+	if (!fs.e)
+		return -1;
+	for (uint32_t i = 0; ok && i < h.n_fs; i++) {
+		struct blob_fs b;
+		memcpy(&b, fsp + i * sizeof(b), sizeof(b));
+		sbx_fs_entry *e = &fs.e[i];
+		e->kind = (sbx_fs_kind)b.kind;
+		e->src = str_at(strings, h.strings_len, b.src, &ok);
+		e->dst = str_at(strings, h.strings_len, b.dst, &ok);
+		e->data = (char *)str_at(strings, h.strings_len, b.data, &ok);
+		e->mount_fd = fd_at(b.mount_fd, fds, nfds, &ok);
+		e->writable = b.writable;
+		e->mirror = b.mirror;
+		e->size = b.size;
+		e->own = NULL;
+		e->idmap_ns = e->src_fd = -1;
+		/* Every entry names where it goes. */
+		ok = ok && e->dst && e->dst[0] == '/';
+	}
+	sp->fs = &fs;
+	sp->sync_fd = fd_at(sp->sync_fd, fds, nfds, &ok);
+	sp->cfg.ctl_fd = fd_at(sp->cfg.ctl_fd, fds, nfds, &ok);
+	for (int i = 0; i < SBX_CG_NCTL; i++)
+		sp->procs[i] = fd_at(sp->procs[i], fds, nfds, &ok);
 	prog.len = (unsigned short)h.n_filter;
 	prog.filter = filter;
-	cfg->seccomp = h.n_filter ? &prog : NULL;
-	cfg->bwrap_argv = NULL;
-	cfg->host_work_dir = NULL;
-	*listener = h.listener;
-	/* What stays open of ours goes at the next exec (the workload's). */
-	int fds[3 + SBX_NET_NMODES] = {cfg->ctl_fd, cfg->oom_fd, h.listener};
-	for (int m = 0; m < SBX_NET_NMODES; m++)
-		fds[3 + m] = cfg->netns_fd[m];
-	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
-		if (fds[i] >= 0)
-			(void)fcntl(fds[i], F_SETFD, FD_CLOEXEC);
-	return 0;
+	sp->cfg.seccomp = h.n_filter ? &prog : NULL;
+	sp->cfg.bwrap_argv = NULL;
+	sp->cfg.host_work_dir = NULL;
+	return ok && sp->cfg.ctl_fd >= 0 && sp->sync_fd >= 0 ? 0 : -1;
 }

@@ -1,0 +1,96 @@
+-- zygote_template_spec.lua: the zygote template (zygote_template.c), the
+-- small process a host starts once to clone its sessions' zygotes from
+-- (instead of a clone of the whole host that then execs):
+--   * it is the host's child, named sbx-template, and each zygote is a
+--     child of the host (CLONE_PARENT), not of the template, so the host
+--     reaps it and writes its id maps;
+--   * killed, it is started again at the next open, and that session works;
+--   * it ends with its host (a SIGKILL to the host leaves no template).
+-- Each has a control showing the probe sees what it looks for.
+
+local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local H = dofile(here .. "sec_helpers.lua")
+local sbx = require "sbx"
+
+-- Pids of pid's children named comm (exact).
+local function children(pid, comm)
+  local out = H.sh(("pgrep -P %d -x %s"):format(pid, comm))
+  local t = {}
+  for p in out:gmatch("%d+") do t[#t + 1] = tonumber(p) end
+  return t
+end
+
+local function alive(pid)
+  return H.exists("/proc/" .. pid .. "/stat")
+end
+
+-- Bounded wait for f() to be true (50 ms steps, up to seconds).
+local function eventually(f, seconds)
+  for _ = 1, (seconds or 10) * 20 do
+    if f() then return true end
+    H.sleep(0.05)
+  end
+  return f()
+end
+
+describe("the zygote template", function()
+  it("is the host's child, and the zygotes are the host's children too", function()
+    local s = sbx.session { backend = "userns" }
+    local me = H.getpid()
+    local t = children(me, "sbx-template")
+    assert.are.equal(1, #t, H.sh("ps -o pid,ppid,comm --ppid " .. me))
+    local z = children(me, "sbx-zygote")
+    -- Control: the probe finds this session's zygote under the host.
+    assert.is_true(#z >= 1, H.sh("ps -o pid,ppid,comm --ppid " .. me))
+    -- No zygote hangs below the template.
+    assert.are.same({}, children(t[1], "sbx-zygote"))
+    assert.are.equal(0, s:exec("true").returncode)
+    s:close()
+  end)
+
+  it("is started again after it died, and the session opened then works", function()
+    local me = H.getpid()
+    sbx.session({ backend = "userns" }):close()
+    local t = children(me, "sbx-template")
+    assert.are.equal(1, #t)
+    assert.are.equal(0, select(2, H.sh("kill -KILL " .. t[1])))
+    -- Control: it is gone (the host reaps it at the next open).
+    assert.is_true(eventually(function()
+      local st = H.read_file("/proc/" .. t[1] .. "/stat") or ""
+      return st == "" or st:match("^%d+ %b() Z") ~= nil
+    end))
+    local s = sbx.session { backend = "userns" }
+    local r = s:exec("echo ok")
+    assert.are.equal("ok\n", r.stdout)
+    local t2 = children(me, "sbx-template")
+    assert.are.equal(1, #t2)
+    assert.are_not.equal(t[1], t2[1])
+    s:close()
+  end)
+
+  it("ends with its host", function()
+    local dir = H.mktemp_dir("tpl")
+    H.write_file(dir .. "/child.lua", [[
+local sbx = require "sbx"
+local s = sbx.session { backend = "userns" }
+io.write("READY\n"); io.flush()
+local ffi = require "ffi"
+ffi.cdef "unsigned int sleep(unsigned int)"
+ffi.C.sleep(600) -- no child of its own to outlive it
+]])
+    local pidf = dir .. "/pid"
+    os.execute(("cd %s && (%s %s > %s/out 2>&1 & echo $! > %s)"):format(H.q(H.ROOT),
+      H.q(H.SBXLUA), H.q(dir .. "/child.lua"), H.q(dir), H.q(pidf)))
+    local host = tonumber(H.read_file(pidf))
+    assert.is_true(eventually(function() return (H.read_file(dir .. "/out") or ""):find("READY") ~= nil end, 60),
+      H.read_file(dir .. "/out"))
+    local t = children(host, "sbx-template")
+    -- Control: the child host has its template, alive.
+    assert.are.equal(1, #t)
+    assert.is_true(alive(t[1]))
+    H.sh("kill -KILL " .. host)
+    assert.is_true(eventually(function() return not alive(t[1]) end, 20),
+      "the template outlived its host: " .. H.sh("ps -o pid,ppid,stat,comm -p " .. t[1]))
+    H.rmtree(dir)
+  end)
+end)
