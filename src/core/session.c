@@ -18,12 +18,14 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <limits.h>
+#include <linux/nsfs.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/capability.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -446,16 +448,18 @@ int sbx_session_proxy_listener(const sbx_session *s, sbx_err *err)
 /* open: the host starts connecting the open namespace to the outside
  * (opennet.c; sbx_session_finish goes on with it until pasta is ready);
  * userns sessions' namespaces belong to the session's user namespace,
- * which pasta and nft must join. */
+ * which pasta and nft must join.  It is asked of the namespace itself,
+ * not of /proc/<zygote>: the zygote is a non-dumpable clone of the
+ * template, whose memory belongs to the initial user namespace, so a
+ * host that is not root may not open its /proc/<pid>/ns. */
 static int connect_open(sbx_session *s, int open_ns, const char *const *deny, sbx_err *err)
 {
 	int userns = -1;
 	if (!s->privileged) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/ns/user", (int)s->zygote);
-		userns = open(path, O_RDONLY | O_CLOEXEC);
+		userns = ioctl(open_ns, NS_GET_USERNS);
 		if (userns < 0)
-			return sbx_err_set(err, SBX_E_EXECUTION, errno, "open %s: %s", path,
+			return sbx_err_set(err, SBX_E_EXECUTION, errno,
+					   "the owner of the sandbox's network namespace: %s",
 					   strerror(errno));
 	}
 	int rc = sbx_opennet_begin(&s->open, userns, open_ns, deny, err);
