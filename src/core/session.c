@@ -852,6 +852,39 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	return NULL;
 }
 
+/* A spare taken by an open of o (spare.c): its lifetime counts from now.
+ * The zygote is told (the inits it starts from here on enforce the end);
+ * the warm inits it offered before carry no end of their own, so they are
+ * let go, and each asks for one made after. */
+int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
+{
+	if (!o->lifetime_ms)
+		return 0;
+	if (s->pending || s->none || s->ctl_fd < 0)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "not a spare session");
+	s->expire_at_ms = sbx_monotonic_ms() + o->lifetime_ms;
+	s->expire_grace_ms = o->expire_grace_ms ? o->expire_grace_ms : SBX_DEFAULT_EXPIRE_GRACE_MS;
+	struct sbx_proto_expire m = {SBX_PROTO_MAGIC, SBX_PROTO_EXPIRE,	  s->expire_at_ms,
+				     o->lifetime_ms,  s->expire_grace_ms, 0};
+	if (send(s->ctl_fd, &m, sizeof(m), MSG_NOSIGNAL) != (ssize_t)sizeof(m))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the spare session has ended");
+	for (uint32_t i = 0; i < (o->warm_runs ? o->warm_runs : 1); i++) {
+		int sock, pidfd;
+		sbx_net got;
+		sbx_run_cgroup rc;
+		memset(&rc, 0, sizeof(rc));
+		int r = sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, err);
+		if (r == -1)
+			return -1;
+		if (r == 0)
+			sbx_pool_drop_offer(sock, pidfd, &rc);
+		if (sbx_pool_send_want(s, s->net) < 0)
+			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
+					   "the spare session has ended");
+	}
+	return 0;
+}
+
 int sbx_session_close(sbx_session *s, sbx_err *err)
 {
 	int rc = 0;
