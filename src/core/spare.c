@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -207,6 +208,7 @@ static struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool started, stopping;
+	pid_t owner; /* the process the thread is in */
 	pthread_t thread;
 	unsigned want;		 /* how many to keep ready */
 	struct key key;		 /* the shape's key (len 0: none) */
@@ -302,6 +304,8 @@ static void *refill_main(void *arg)
 static void spares_atexit(void)
 {
 	sbx_session *v[SBX_SPARES_MAX];
+	if (getpid() != P.owner)
+		return; /* a forked child's exit: the spares are its parent's */
 	pthread_mutex_lock(&P.mu);
 	P.stopping = true;
 	pthread_cond_broadcast(&P.cv);
@@ -330,6 +334,7 @@ static int start_thread(sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, rc, "spare sessions: pthread_create: %s",
 				   strerror(rc));
 	P.started = true;
+	P.owner = getpid();
 	atexit(spares_atexit);
 	return 0;
 }
