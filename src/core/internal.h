@@ -595,5 +595,12 @@ void sbx_opennet_stop_nowait(sbx_opennet *on);
 /* Reap a child already killed from a detached thread (reaper.c), so the
  * caller does not wait out its exit; blocking when no thread can start. */
 void sbx_reap_later(pid_t pid);
+/* Run fn(arg) on the reaper's thread, after the jobs queued before it:
+ * 0, or -1 when it cannot (no thread, or the process is exiting): the
+ * caller runs it itself.  Drain waits up to timeout_ms for the queue to
+ * empty; at exit it is waited for up to SBX_REAP_EXIT_WAIT_MS. */
+#define SBX_REAP_EXIT_WAIT_MS 10000
+int sbx_reap_job(void (*fn)(void *), void *arg);
+void sbx_reap_drain(int timeout_ms);
 
 #endif

@@ -885,13 +885,10 @@ int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	return 0;
 }
 
-int sbx_session_close(sbx_session *s, sbx_err *err)
+/* Close, the part after which nothing of the session can run: its
+ * pasta, its placer, every fd of ours that reaches into it. */
+static void release_fds(sbx_session *s)
 {
-	int rc = 0;
-
-	if (!s)
-		return 0;
-	s->be->stop(s);
 	sbx_opennet_stop_nowait(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
@@ -906,15 +903,25 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 			close(s->idle[m][i].sock);
 			close(s->idle[m][i].pidfd);
 		}
+	memset(s->n_idle, 0, sizeof(s->n_idle));
 	for (int i = 0; i < 2; i++)
 		if (s->inbox[i] >= 0)
 			close(s->inbox[i]);
+	s->inbox[0] = s->inbox[1] = -1;
 	if (s->proxy_listener >= 0)
 		close(s->proxy_listener);
 	if (s->ctl_fd >= 0)
 		close(s->ctl_fd);
 	if (s->work_fd >= 0)
 		close(s->work_fd);
+	s->ctl_fd = s->work_fd = s->proxy_listener = -1;
+}
+
+/* Close, the rest: what is left once the zygote is reaped. */
+static int release_rest(sbx_session *s, sbx_err *err)
+{
+	int rc = 0;
+
 	/* The zygote is reaped, so its namespaces' processes are gone; the
 	 * cgroup kills whatever else is left (backend none) and goes. */
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
@@ -938,4 +945,58 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 		close(s->lock_fd);
 	free(s);
 	return rc;
+}
+
+/* The reaper's part of an asynchronous close (reaper.c's thread). */
+static void finish_close(void *arg)
+{
+	sbx_session *s = arg;
+	s->be->stop(s);
+	(void)release_rest(s, NULL);
+}
+
+/*
+ * Asynchronous where nothing is lost by it: a ready zygote session in a
+ * dir of its own (not pinned, no disk tmpfs to unmount, no GPUs whose
+ * locks a next session may wait for; a half-made one, rare, is closed as
+ * before).  The zygote is killed (as PID 1 of the
+ * session's namespaces its end is every process's), our fds into the
+ * session closed, and its dir renamed out of the state dir's listing; the
+ * reap (namespace teardown: 0.3-7 ms of RCU waits), the cgroup's rmdir
+ * and the dir's removal go to the reaper's thread.  A crash in between
+ * leaves a dir whose lock is free, which the dead-session sweep removes.
+ */
+static bool close_async(sbx_session *s)
+{
+	if (s->none || s->pinned || s->disk_mounted || s->gpu.n_nodes || !s->session_dir[0] ||
+	    s->zygote <= 0 || s->pending)
+		return false;
+	kill(s->zygote, SIGKILL);
+	release_fds(s);
+	bool retired = sbx_statedir_retire(s) == 0;
+	/* Every fd of ours goes now, not later on another thread (a caller
+	 * may count its fds).  The lock too: the dir, out of the listing, is
+	 * removed by whoever comes first, the reaper or a sweep. */
+	sbx_idmap_close(&s->fs, true);
+	if (s->work_ns >= 0)
+		close(s->work_ns);
+	s->work_ns = -1;
+	if (retired && s->lock_fd >= 0) {
+		close(s->lock_fd);
+		s->lock_fd = -1;
+	}
+	if (!retired || sbx_reap_job(finish_close, s) != 0)
+		finish_close(s);
+	return true;
+}
+
+int sbx_session_close(sbx_session *s, sbx_err *err)
+{
+	if (!s)
+		return 0;
+	if (close_async(s))
+		return 0;
+	s->be->stop(s);
+	release_fds(s);
+	return release_rest(s, err);
 }
