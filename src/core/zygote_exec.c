@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/capability.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -103,29 +103,26 @@ void sbx_zygote_fail(int ctl_fd, const sbx_err *err)
 
 int sbx_zygote_keep_caps(sbx_err *err)
 {
-	cap_t caps = cap_get_proc();
-	cap_value_t all[CAP_LAST_CAP + 1];
-	int n = 0;
+	/* The raw syscalls, not libcap: this runs in a clone3 child of a host
+	 * that may have other threads (the reaper, the spares' refill), one
+	 * of which may have held malloc's lock at the clone; libcap's calloc
+	 * would then wait forever (the zygote never got ready). */
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+	int rc = (int)syscall(SYS_capget, &h, d);
 
-	if (!caps)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "caps: %s", strerror(errno));
-	for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++) {
-		cap_flag_value_t v = CAP_CLEAR;
-		if (cap_get_flag(caps, c, CAP_PERMITTED, &v) == 0 && v == CAP_SET)
-			all[n++] = c;
-	}
 	/* Ambient needs each capability permitted and inheritable. */
-	int rc = n ? cap_set_flag(caps, CAP_INHERITABLE, n, all, CAP_SET) : 0;
+	for (int i = 0; rc == 0 && i < _LINUX_CAPABILITY_U32S_3; i++)
+		d[i].inheritable |= d[i].permitted;
 	if (rc == 0)
-		rc = cap_set_proc(caps);
-	for (int i = 0; rc == 0 && i < n; i++)
-		rc = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, (unsigned long)all[i], 0, 0);
-	int e = errno;
-	cap_free(caps);
+		rc = (int)syscall(SYS_capset, &h, d);
+	for (int c = 0; rc == 0 && c <= CAP_LAST_CAP; c++)
+		if (d[CAP_TO_INDEX(c)].permitted & CAP_TO_MASK(c))
+			rc = prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, (unsigned long)c, 0, 0);
 	if (rc != 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, e,
+		return sbx_err_set(err, SBX_E_EXECUTION, errno,
 				   "caps: keep the zygote's capabilities across its exec: %s",
-				   strerror(e));
+				   strerror(errno));
 	return 0;
 }
 

@@ -69,6 +69,23 @@ describe("asynchronous session close", function()
     H.rmtree(state)
   end)
 
+  it("lets the next sessions open while the reaper finishes the last ones", function()
+    -- The reaper thread frees a closed session while the caller clones the
+    -- next zygote: a child that then took a lock (malloc's) held by the
+    -- reaper at the clone waited forever (never ready: 10 s, then an
+    -- error).  Open and close back to back, so the two overlap.
+    local state = H.mktemp_dir("cnext")
+    local s0 = H.session({ state_dir = state })
+    assert.are.equal("ok\n", s0:exec("echo ok").stdout) -- control: they work
+    s0:close()
+    for i = 1, 60 do
+      local s = H.session({ state_dir = state })
+      assert.are.equal(tostring(i) .. "\n", s:exec("echo " .. i).stdout)
+      s:close()
+    end
+    H.rmtree(state)
+  end)
+
   it("sweeps a closed session's dir a crash left in <state>/gone", function()
     local state = H.mktemp_dir("cgone")
     local dead = state .. "/st/gone/" .. ("ab"):rep(16)
