@@ -60,10 +60,10 @@ struct sbx_bench_pollfd { int fd; short events; short revents; };
 int poll(struct sbx_bench_pollfd *fds, unsigned long nfds, int timeout);
 ]]
 
--- Wait (bounded) until n spares are ready, polling.
-local function spares_ready(n)
+-- Wait (bounded) until want spares are ready, polling.
+local function spares_ready(want)
   for _ = 1, 4000 do
-    if core.spares_stats().ready >= n then return true end
+    if core.spares_stats().ready >= want then return true end
     ffi.C.poll(nil, 0, 5)
   end
   error("spares never became ready: " .. tostring(core.spares_stats().last_error))
@@ -349,7 +349,8 @@ for _, r in ipairs(rows) do
     print(("%-38s unavailable: %s"):format(r.figure, r.why:sub(1, 100)))
   else
     print(("%-38s %7.2f %s  %-18s %7.2f %s %7.2fx  %-9s %s"):format(r.figure, r.value, r.unit, r.limit_name,
-      r.limit, r.unit, r.value / r.limit, r.goal, (r.goal == "(peer)" or r.goal == "(info)") and "" or (r.pass and "PASS" or "MISS")))
+      r.limit, r.unit, r.value / r.limit, r.goal,
+      (r.goal == "(peer)" or r.goal == "(info)") and "" or (r.pass and "PASS" or "MISS")))
     if r.note then print(("%-38s   %s"):format("", r.note)) end
   end
 end

@@ -94,7 +94,7 @@ local function alive(set)
 end
 
 -- The names in a dir, as a set.
-local function names(path)
+local function dir_names(path)
   local t = {}
   for n in S.sh("ls -A " .. S.q(path) .. " 2>/dev/null"):gmatch("%S+") do t[n] = true end
   return t
@@ -165,7 +165,7 @@ describe_srv("kill -9 of sbxd", function()
       assert.is_true(dirs >= 2, "no session dirs in the state dir")
       -- (sbxd may keep a spare session too, whose dir is made in the
       -- background: the dirs are followed by name.)
-      local before = names(state .. "/sessions")
+      local before = dir_names(state .. "/sessions")
       srv:stop("KILL")
       -- no orphan: every process that was below sbxd dies with it
       local gone = wait_until(function() return #alive(below) == 0 end, 60)
@@ -174,15 +174,15 @@ describe_srv("kill -9 of sbxd", function()
         assert.are.same({}, S.procs_exact("sleep " .. ctx.marker))
       end
       -- the dead sbxd's session dirs are still there until the next start ...
-      local after = names(state .. "/sessions")
-      for n in pairs(before) do assert.is_true(after[n], n .. " went before the next start") end
+      local after = dir_names(state .. "/sessions")
+      for d in pairs(before) do assert.is_true(after[d], d .. " went before the next start") end
       -- ... whose first session open sweeps them
       local srv2 = start(state)
       local ok2, err2 = pcall(function()
         new_session(srv2)
-        local now = names(state .. "/sessions")
-        for n in pairs(after) do
-          assert.is_nil(now[n], "stale session dir left: " .. n)
+        local now = dir_names(state .. "/sessions")
+        for d in pairs(after) do
+          assert.is_nil(now[d], "stale session dir left: " .. d)
         end
         assert.is_true(count_dirs(state .. "/sessions") >= 1)
         local body, status = srv2:curl("/v1/sessions/" .. new_session(srv2) .. "/runs", "-H",

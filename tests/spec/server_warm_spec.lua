@@ -153,7 +153,8 @@ describe_core("warm runs", function()
   -- spare session has warm runs of its own: server_spare_spec.)
   describe_srv("sbxd --warm-runs", function()
     it("gives each session that many warm runs; the API cannot set it", function()
-      local srv = assert(H.start { args = { "--spare-sessions", "0", "--warm-runs", "3", "--warm-idle-ms", "3600000" } })
+      local srv = assert(H.start {
+        args = { "--spare-sessions", "0", "--warm-runs", "3", "--warm-idle-ms", "3600000" } })
       finally(function() srv:cleanup() end)
       local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
         "-d", "{}")
