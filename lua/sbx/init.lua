@@ -36,6 +36,10 @@ do
 end
 
 sbx.session = session.open
+-- sbx.spares{ n = 2, <session options> }: sessions of that shape opened
+-- ahead, which sbx.session takes (off unless asked for: lua/sbx/session.lua).
+sbx.spares = session.spares
+sbx.spares_stats = session.spares_stats
 -- sbx.attach(h): an on-device handle, or a remote one (its table or the
 -- string tostring(h) gives, from any process: sbx.remote.attach).
 function sbx.attach(h, opts)

@@ -210,9 +210,10 @@ local function open_waiting(c, copts, wait)
   end
 end
 
--- open(opts) -> owner Session.  See the Lua API in DESIGN.md; raises
--- InvalidArgument, PolicyDenied, BackendUnavailable, SandboxExecutionError.
-function M.open(opts)
+-- The policy engine's decision on opts as the core's session options:
+-- -> c, pol, o, gen, copts (copts.spare_tag names the policy generation,
+-- so that a spare made under another policy is never taken: spare.c).
+local function admit(opts)
   if opts == nil then opts = {} end
   if type(opts) ~= "table" then
     errors.raise(errors.InvalidArgument("options", "a table of session options expected, got " .. type(opts)))
@@ -264,7 +265,52 @@ function M.open(opts)
       and os.getenv("SBX_GPU_DEV_DIR") or nil,
     gpu_paths = (o.gpus or 0) > 0 and gpu_paths(gen) or nil,
     gpu_shared = (o.gpus or 0) > 0 and gen.ceilings.gpu_shared == true or nil,
+    spare_tag = ("%s|%s|%s"):format(tostring(pol), tostring(gen.generation),
+      tostring(gen.source):gsub("%z", "\\0")),
   }
+  return c, pol, o, gen, copts
+end
+
+-- sbxd --spare-sessions N: after each open, keep N spares of its shape
+-- (the last one opened); 0: none.
+local auto_spares = 0
+function M.keep_spares_of_last_shape(n) auto_spares = n end
+
+-- spares(opts) keeps opts.n (default 1; 0: none) sessions of the shape the
+-- policy gives opts opened ahead (sbx.spares{ n = 2, backend = "userns" }):
+-- a later sbx.session with the same options takes one.  Raises
+-- InvalidArgument for a shape that is never pooled.
+function M.spares(opts)
+  if opts == nil then opts = {} end
+  if type(opts) ~= "table" then
+    errors.raise(errors.InvalidArgument("options", "a table of session options expected, got " .. type(opts)))
+  end
+  local n = opts.n == nil and 1 or opts.n
+  if type(n) ~= "number" or n < 0 or n ~= math.floor(n) then
+    errors.raise(errors.InvalidArgument("n", "a count of spare sessions (0 or more) expected, got " .. tostring(n)))
+  end
+  local rest = {}
+  for k, v in pairs(opts) do if k ~= "n" then rest[k] = v end end
+  local c, _, o, _, copts = admit(rest)
+  if o.secrets and #o.secrets > 0 then
+    errors.raise(errors.InvalidArgument("secrets", "sessions with secrets are never pooled (each has a CA of its own)"))
+  end
+  local ok, kind, msg = c.spares_keep(copts, n)
+  if not ok then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
+  return c.spares_stats()
+end
+
+-- The pool's counts (sbx.core's spares_stats), or nil without the core.
+function M.spares_stats()
+  local c = core()
+  return c and c.spares_stats()
+end
+
+-- open(opts) -> owner Session.  See the Lua API in DESIGN.md; raises
+-- InvalidArgument, PolicyDenied, BackendUnavailable, SandboxExecutionError.
+function M.open(opts)
+  local c, pol, o, gen, copts = admit(opts)
+  if opts == nil then opts = {} end
   -- Secrets: a CA of the session's own (its key stays in this process and
   -- the proxy child), trusted by the runs through the ca_certs bundle.
   local sec, ca = o.secrets and #o.secrets > 0 and secrets.with_placeholders(o.secrets, random_hex)
@@ -287,6 +333,9 @@ function M.open(opts)
     cs, kind, msg = c.session_open(copts)
   end
   if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
+  -- sbxd: the next open of this shape finds a spare (a shape never pooled
+  -- leaves the pool as it is; secrets make every shape new).
+  if auto_spares > 0 and not sec then c.spares_keep(copts, auto_spares) end
   if (o.gpus or 0) > 0 then o.env = gpu_env(cs, o.env) end
   -- Backend none runs on the host, where /tmp/sandbox-work does not exist:
   -- HOME is the work dir there (issue 17), unless the policy or caller set one.

@@ -66,6 +66,20 @@ struct sbx_proto_want {
 	uint32_t mode; /* sbx_net */
 };
 
+/* Host -> zygote, once, when a spare session is taken (spare.c): the
+ * session's end, counted from the take (a spare is made without one).
+ * Inits the zygote starts after it enforce it; the host drops the ones
+ * offered before (sbx_session_adopt). */
+#define SBX_PROTO_EXPIRE 0x45585052u /* in sbx_proto_want.mode's place */
+struct sbx_proto_expire {
+	uint32_t magic;
+	uint32_t kind; /* SBX_PROTO_EXPIRE */
+	uint64_t expire_at_ms;
+	uint64_t lifetime_ms;
+	uint32_t expire_grace_ms;
+	uint32_t pad;
+};
+
 /* Zygote -> host, once, when the session's root is built (or why not). */
 struct sbx_proto_ready {
 	uint32_t magic;
@@ -533,6 +547,8 @@ int sbx_session_take_own(sbx_session *s, int *sock, int *pidfd, sbx_run_cgroup *
 bool sbx_session_direct(const sbx_session *s);
 /* The session's end by lifetime (sbx_monotonic_ms), 0: none. */
 uint64_t sbx_session_expire_at_ms(const sbx_session *s);
+/* A spare taken by an open of o: its lifetime from now (session.c). */
+int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
 /* Where a run gives its init back after it ended (a message of struct
  * sbx_proto_offer with the init's pidfd and request socket), or -1 when
  * the session's inits serve one run each. */
@@ -595,6 +611,13 @@ void sbx_opennet_stop_nowait(sbx_opennet *on);
 /* Reap a child already killed from a detached thread (reaper.c), so the
  * caller does not wait out its exit; blocking when no thread can start. */
 void sbx_reap_later(pid_t pid);
+/* Run fn(arg) on the reaper's thread, after the jobs queued before it:
+ * 0, or -1 when it cannot (no thread, or the process is exiting): the
+ * caller runs it itself.  Drain waits up to timeout_ms for the queue to
+ * empty; at exit it is waited for up to SBX_REAP_EXIT_WAIT_MS. */
+#define SBX_REAP_EXIT_WAIT_MS 10000
+int sbx_reap_job(void (*fn)(void *), void *arg);
+void sbx_reap_drain(int timeout_ms);
 
 /* ---- the zygote's setup, packed for the template (zygote_exec.c) ---- */
 

@@ -190,6 +190,42 @@ int sbx_session_own_offer_fd(sbx_session *s);
  * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when
  * cleanup could not remove something (it still frees the session). */
 int sbx_session_close(sbx_session *s, sbx_err *err);
+/*
+ * Spare sessions (spare.c): up to n sessions of one shape, opened ahead of
+ * time by a thread of libsbx, so that an open of that shape skips building
+ * namespaces and a root.  Off until sbx_spares_keep asks for some.
+ *
+ *   sbx_spares_keep   keep n (0: none) spares of o's shape made under tag
+ *                     (the caller's name for its policy: a different shape
+ *                     or tag closes every spare first).  0, or -1 with err
+ *                     (InvalidArgument for a shape never pooled: a pinned
+ *                     work_dir, GPUs, disk_bytes, backends none/bubblewrap).
+ *   sbx_spares_take   a spare of exactly o's shape and tag (o's lifetime_ms
+ *                     counts from now), or NULL: open cold.  A spare is
+ *                     handed out once; a dead one never.
+ *   sbx_spares_flush  close every spare and forget the shape (a policy
+ *                     reload: no spare of an old policy is handed out).
+ * Spares are closed at exit (atexit).
+ */
+#define SBX_SPARES_MAX 64
+typedef struct sbx_spares_stats {
+	unsigned want, ready;
+	bool making;	  /* the thread is opening one now */
+	uint64_t made;	  /* opened and put in the pool */
+	uint64_t taken;	  /* handed to an open */
+	uint64_t missed;  /* opens of the pool's shape that found none ready */
+	uint64_t dead;	  /* found dead at a take, closed */
+	uint64_t failed;  /* the thread's opens that failed */
+	uint64_t flushed; /* closed by a flush */
+	char last_error[256];
+} sbx_spares_stats;
+int sbx_spares_keep(const sbx_session_opts *o, unsigned n, const char *tag, sbx_err *err);
+sbx_session *sbx_spares_take(const sbx_session_opts *o, const char *tag, sbx_err *err);
+void sbx_spares_flush(void);
+void sbx_spares_get_stats(sbx_spares_stats *st);
+/* Whether o's shape may be pooled (*why: why not, when not). */
+bool sbx_spares_poolable(const sbx_session_opts *o, const char **why);
+
 /* The host path of the work dir (owned by the session). */
 const char *sbx_session_work_dir(const sbx_session *s);
 /* An O_PATH|O_DIRECTORY fd on the work dir, owned by the session. */

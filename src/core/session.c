@@ -856,13 +856,43 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 	return NULL;
 }
 
-int sbx_session_close(sbx_session *s, sbx_err *err)
+/* A spare taken by an open of o (spare.c): its lifetime counts from now.
+ * The zygote is told (the inits it starts from here on enforce the end);
+ * the warm inits it offered before carry no end of their own, so they are
+ * let go, and each asks for one made after. */
+int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 {
-	int rc = 0;
-
-	if (!s)
+	if (!o->lifetime_ms)
 		return 0;
-	s->be->stop(s);
+	if (s->pending || s->none || s->ctl_fd < 0)
+		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0, "not a spare session");
+	s->expire_at_ms = sbx_monotonic_ms() + o->lifetime_ms;
+	s->expire_grace_ms = o->expire_grace_ms ? o->expire_grace_ms : SBX_DEFAULT_EXPIRE_GRACE_MS;
+	struct sbx_proto_expire m = {SBX_PROTO_MAGIC, SBX_PROTO_EXPIRE,	  s->expire_at_ms,
+				     o->lifetime_ms,  s->expire_grace_ms, 0};
+	if (send(s->ctl_fd, &m, sizeof(m), MSG_NOSIGNAL) != (ssize_t)sizeof(m))
+		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the spare session has ended");
+	for (uint32_t i = 0; i < (o->warm_runs ? o->warm_runs : 1); i++) {
+		int sock, pidfd;
+		sbx_net got;
+		sbx_run_cgroup rc;
+		memset(&rc, 0, sizeof(rc));
+		int r = sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, err);
+		if (r == -1)
+			return -1;
+		if (r == 0)
+			sbx_pool_drop_offer(sock, pidfd, &rc);
+		if (sbx_pool_send_want(s, s->net) < 0)
+			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
+					   "the spare session has ended");
+	}
+	return 0;
+}
+
+/* Close, the part after which nothing of the session can run: its
+ * pasta, its placer, every fd of ours that reaches into it. */
+static void release_fds(sbx_session *s)
+{
 	sbx_opennet_stop_nowait(&s->open);
 	sbx_placer_stop(s->placer);
 	s->placer = NULL;
@@ -877,15 +907,25 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 			close(s->idle[m][i].sock);
 			close(s->idle[m][i].pidfd);
 		}
+	memset(s->n_idle, 0, sizeof(s->n_idle));
 	for (int i = 0; i < 2; i++)
 		if (s->inbox[i] >= 0)
 			close(s->inbox[i]);
+	s->inbox[0] = s->inbox[1] = -1;
 	if (s->proxy_listener >= 0)
 		close(s->proxy_listener);
 	if (s->ctl_fd >= 0)
 		close(s->ctl_fd);
 	if (s->work_fd >= 0)
 		close(s->work_fd);
+	s->ctl_fd = s->work_fd = s->proxy_listener = -1;
+}
+
+/* Close, the rest: what is left once the zygote is reaped. */
+static int release_rest(sbx_session *s, sbx_err *err)
+{
+	int rc = 0;
+
 	/* The zygote is reaped, so its namespaces' processes are gone; the
 	 * cgroup kills whatever else is left (backend none) and goes. */
 	if (sbx_cgroup_destroy(&s->cg, err) < 0)
@@ -909,4 +949,58 @@ int sbx_session_close(sbx_session *s, sbx_err *err)
 		close(s->lock_fd);
 	free(s);
 	return rc;
+}
+
+/* The reaper's part of an asynchronous close (reaper.c's thread). */
+static void finish_close(void *arg)
+{
+	sbx_session *s = arg;
+	s->be->stop(s);
+	(void)release_rest(s, NULL);
+}
+
+/*
+ * Asynchronous where nothing is lost by it: a ready zygote session in a
+ * dir of its own (not pinned, no disk tmpfs to unmount, no GPUs whose
+ * locks a next session may wait for; a half-made one, rare, is closed as
+ * before).  The zygote is killed (as PID 1 of the
+ * session's namespaces its end is every process's), our fds into the
+ * session closed, and its dir renamed out of the state dir's listing; the
+ * reap (namespace teardown: 0.3-7 ms of RCU waits), the cgroup's rmdir
+ * and the dir's removal go to the reaper's thread.  A crash in between
+ * leaves a dir whose lock is free, which the dead-session sweep removes.
+ */
+static bool close_async(sbx_session *s)
+{
+	if (s->none || s->pinned || s->disk_mounted || s->gpu.n_nodes || !s->session_dir[0] ||
+	    s->zygote <= 0 || s->pending)
+		return false;
+	kill(s->zygote, SIGKILL);
+	release_fds(s);
+	bool retired = sbx_statedir_retire(s) == 0;
+	/* Every fd of ours goes now, not later on another thread (a caller
+	 * may count its fds).  The lock too: the dir, out of the listing, is
+	 * removed by whoever comes first, the reaper or a sweep. */
+	sbx_idmap_close(&s->fs, true);
+	if (s->work_ns >= 0)
+		close(s->work_ns);
+	s->work_ns = -1;
+	if (retired && s->lock_fd >= 0) {
+		close(s->lock_fd);
+		s->lock_fd = -1;
+	}
+	if (!retired || sbx_reap_job(finish_close, s) != 0)
+		finish_close(s);
+	return true;
+}
+
+int sbx_session_close(sbx_session *s, sbx_err *err)
+{
+	if (!s)
+		return 0;
+	if (close_async(s))
+		return 0;
+	s->be->stop(s);
+	release_fds(s);
+	return release_rest(s, err);
 }

@@ -180,6 +180,11 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
  * state dir that each run's copy of the work dir is attached over; 0 or -1
  * with err. */
 int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
+/* At an asynchronous close: rename the session dir out of the listing, to
+ * <state>/gone/<id> (s->session_dir follows), for the reaper to remove;
+ * the dead-session sweep collects it there too if we die first.  0, or -1
+ * (then it stays where it is, removed there). */
+int sbx_statedir_retire(sbx_session *s);
 /* Remove a session dir and everything in it (not crossing mounts). */
 int sbx_statedir_remove(const char *dir);
 

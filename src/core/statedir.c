@@ -4,6 +4,8 @@
  * session keeps flock'd), or the caller's pinned work dir; and the sweep
  * of what sessions whose process died left there (at a process's first
  * open, then at most once a minute: it opens every live session's lock).
+ * A closed session's dir waits in <state>/gone/<id> for the reaper thread
+ * (session.c's asynchronous close); the sweep looks there too.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -141,8 +143,12 @@ int sbx_statedir_prepare(sbx_session *s, const sbx_session_opts *o, sbx_err *err
 			last = __atomic_load_n(&last_sweep, __ATOMIC_RELAXED);
 		if ((last == INT64_MIN || now - last >= SWEEP_EVERY_S || now < last) &&
 		    __atomic_compare_exchange_n(&last_sweep, &last, now, false, __ATOMIC_RELAXED,
-						__ATOMIC_RELAXED))
+						__ATOMIC_RELAXED)) {
+			char gone[PATH_MAX];
+			snprintf(gone, sizeof(gone), "%.4000s/gone", state);
 			sweep_stale(sessions);
+			sweep_stale(gone);
+		}
 		if (mkdir(s->session_dir, 0711) != 0)
 			return sbx_err_set(err, SBX_E_EXECUTION, errno, "create %s: %s",
 					   s->session_dir, strerror(errno));
@@ -186,6 +192,23 @@ int sbx_statedir_stage(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 	if (lstat(s->work_stage, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOTDIR, "%s: not a directory of root's",
 				   s->work_stage);
+	return 0;
+}
+
+int sbx_statedir_retire(sbx_session *s)
+{
+	char gone[PATH_MAX], to[PATH_MAX];
+	size_t n = strlen(s->session_dir), tail = strlen("/sessions/") + 32;
+
+	/* session_dir is <state>/sessions/<id>. */
+	if (n <= tail || n - tail >= 4000 ||
+	    strncmp(s->session_dir + n - tail, "/sessions/", strlen("/sessions/")))
+		return -1;
+	snprintf(gone, sizeof(gone), "%.*s/gone", (int)(n - tail), s->session_dir);
+	snprintf(to, sizeof(to), "%.4010s/%.32s", gone, s->id);
+	if ((mkdir(gone, 0711) != 0 && errno != EEXIST) || rename(s->session_dir, to) != 0)
+		return -1;
+	snprintf(s->session_dir, sizeof(s->session_dir), "%s", to);
 	return 0;
 }
 

@@ -160,9 +160,12 @@ static int lifetime_wait(const struct sbx_zygote_cfg *cfg, bool *expired)
 	return until - now > INT32_MAX ? INT32_MAX : (int)(until - now);
 }
 
-void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
+void sbx_zygote_main(const struct sbx_zygote_cfg *given)
 {
 	sigset_t mask;
+	/* Ours to change: a spare's take sets the session's end. */
+	struct sbx_zygote_cfg own = *given;
+	struct sbx_zygote_cfg *cfg = &own;
 
 	prctl(PR_SET_NAME, "sbx-zygote");
 	prctl(PR_SET_DUMPABLE, 0);
@@ -203,10 +206,24 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *cfg)
 				;
 		}
 		if (pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+			union {
+				struct sbx_proto_want want;
+				struct sbx_proto_expire exp;
+			} m;
 			struct sbx_proto_want want;
-			ssize_t n = recv(cfg->ctl_fd, &want, sizeof(want), 0);
+			ssize_t n = recv(cfg->ctl_fd, &m, sizeof(m), 0);
 			if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
 				_exit(0);
+			/* A spare taken: its end from now on (inits started
+			 * from here on enforce it too). */
+			if (n == sizeof(m.exp) && m.exp.magic == SBX_PROTO_MAGIC &&
+			    m.exp.kind == SBX_PROTO_EXPIRE) {
+				cfg->expire_at_ms = m.exp.expire_at_ms;
+				cfg->lifetime_ms = m.exp.lifetime_ms;
+				cfg->expire_grace_ms = m.exp.expire_grace_ms;
+				continue;
+			}
+			memcpy(&want, &m, sizeof(want));
 			/* The host took the last offer, or turned it down
 			 * (found it dead, or of another mode). */
 			if (n == sizeof(want) && want.magic == SBX_PROTO_MAGIC && !expired)

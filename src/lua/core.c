@@ -44,15 +44,13 @@ lsbx_session *lsbx_check_session(lua_State *L, int idx)
 }
 
 static const char *const session_fields[] = {
-	"backend",	 "work_dir",	"state_dir",	"hostname",
-	"system_ro",	 "etc_files",	"binds",	"seccomp_deny",
-	"seccomp_allow", "host_uid",	"aux_uid",	"tmp_bytes",
-	"shm_bytes",	 "lifetime_ms", "memory_bytes", "cpu_milli",
-	"pids_max",	 "disk_bytes",	"cgroup_root",	"nofile",
-	"fsize_bytes",	 "run_uid",	"gpus",		"gpu_dev_dir",
-	"gpu_paths",	 "gpu_shared",	"warm_runs",	"network_mode",
-	"proxy_port",	 "open_deny",	"ca_bundle",	"expire_grace_ms",
-	"warm_idle_ms",	 NULL,
+	"backend",     "work_dir",	  "state_dir",	  "hostname",	   "system_ro",
+	"etc_files",   "binds",		  "seccomp_deny", "seccomp_allow", "host_uid",
+	"aux_uid",     "tmp_bytes",	  "shm_bytes",	  "lifetime_ms",   "memory_bytes",
+	"cpu_milli",   "pids_max",	  "disk_bytes",	  "cgroup_root",   "nofile",
+	"fsize_bytes", "run_uid",	  "gpus",	  "gpu_dev_dir",   "gpu_paths",
+	"gpu_shared",  "warm_runs",	  "network_mode", "proxy_port",	   "open_deny",
+	"ca_bundle",   "expire_grace_ms", "warm_idle_ms", "spare_tag",	   NULL,
 };
 
 static const char *const bind_fields[] = {"path", "writable", NULL};
@@ -96,18 +94,17 @@ static sbx_bind *opt_binds(lua_State *L, int idx, size_t *n)
 	return b;
 }
 
-/* core.session_open(opts), or with start: core.session_start(opts) */
-static int session_open(lua_State *L, bool start)
+/* The session options table at index 1 as o (its arrays' memory is
+ * pushed on the stack and lives until the caller returns); *tag: its
+ * spare_tag (spare.c). */
+void lsbx_session_opts(lua_State *L, sbx_session_opts *out, const char **tag)
 {
 	sbx_session_opts o;
-	lsbx_session *ud;
-	sbx_err err = {0};
-	const char *wd;
 
 	luaL_checktype(L, 1, LUA_TTABLE);
-	lua_settop(L, 1);
 	lsbx_check_fields(L, 1, "session options", session_fields);
 	memset(&o, 0, sizeof(o));
+	*tag = lsbx_opt_string(L, 1, "spare_tag");
 	o.backend = lsbx_opt_string(L, 1, "backend");
 	if (!o.backend)
 		luaL_error(L, "field 'backend': required");
@@ -145,7 +142,20 @@ static int session_open(lua_State *L, bool start)
 	o.network_mode = lsbx_opt_net(L, 1);
 	o.proxy_port = (uint16_t)lsbx_opt_int(L, 1, "proxy_port", 0, 65535, 0);
 	o.open_deny = lsbx_opt_strv(L, 1, "open_deny", false, NULL);
+	*out = o;
+}
 
+/* core.session_open(opts), or with start: core.session_start(opts); a
+ * spare of the same shape (core.spares_keep) is taken when one is ready. */
+static int session_open(lua_State *L, bool start)
+{
+	sbx_session_opts o;
+	lsbx_session *ud;
+	sbx_err err = {0};
+	const char *wd, *tag;
+
+	lua_settop(L, 1);
+	lsbx_session_opts(L, &o, &tag);
 	/* The userdata exists before the session does, so that no Lua error
 	 * (out of memory) can come between opening and owning it. */
 	ud = lua_newuserdata(L, sizeof(*ud));
@@ -155,7 +165,9 @@ static int session_open(lua_State *L, bool start)
 	lua_newtable(L);
 	lua_setfenv(L, -2);
 
-	ud->s = start ? sbx_session_start(&o, &err) : sbx_session_open(&o, &err);
+	ud->s = sbx_spares_take(&o, tag, &err);
+	if (!ud->s)
+		ud->s = start ? sbx_session_start(&o, &err) : sbx_session_open(&o, &err);
 	if (!ud->s)
 		return lsbx_push_err(L, &err);
 	/* Keep a copy of the work dir path: it stays readable after close. */
@@ -503,6 +515,9 @@ static const luaL_Reg core_functions[] = {
 	{"protect_from_oom", l_protect_from_oom},
 	{"monotonic_ms", l_monotonic_ms},
 	{"seccomp_profile", lsbx_seccomp_profile},
+	{"spares_keep", lsbx_spares_keep},
+	{"spares_flush", lsbx_spares_flush},
+	{"spares_stats", lsbx_spares_stats},
 	{NULL, NULL},
 };
 

@@ -114,5 +114,10 @@ const char **lsbx_opt_strv(lua_State *L, int idx, const char *field, bool requir
 
 /* core.seccomp_profile{deny=, allow=} (seccomp.c). */
 int lsbx_seccomp_profile(lua_State *L);
+/* The session options table at index 1 (core.c); spares.c's functions. */
+void lsbx_session_opts(lua_State *L, sbx_session_opts *o, const char **tag);
+int lsbx_spares_keep(lua_State *L);
+int lsbx_spares_flush(lua_State *L);
+int lsbx_spares_stats(lua_State *L);
 
 #endif

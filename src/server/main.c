@@ -6,7 +6,8 @@
  *        [--insecure] [--log-level error|warn|info|debug]
  *        [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]
  *        [--max-body BYTES] [--drain-grace-ms MS] [--idle-timeout-s S]
- *        [--admin-tenant NAME] [--warm-runs N] [--warm-idle-ms MS] [--advertise-url URL]
+ *        [--admin-tenant NAME] [--warm-runs N] [--warm-idle-ms MS] [--spare-sessions N]
+ *        [--advertise-url URL]
  *        [--watch-policy] [--cgroup-ceilings on|off] [--ceilings SPEC]
  *        [--ceiling-reserve SPEC]
  *
@@ -48,7 +49,8 @@ static void usage(FILE *f)
 		   "            [--max-sessions N] [--max-runs N] [--hard-ceiling-s S]\n"
 		   "            [--max-body BYTES (8 MiB)] [--drain-grace-ms MS]\n"
 		   "            [--idle-timeout-s S] [--admin-tenant NAME] [--warm-runs N]\n"
-		   "            [--warm-idle-ms MS] [--advertise-url URL] [--watch-policy]\n"
+		   "            [--warm-idle-ms MS] [--spare-sessions N (1)]\n"
+		   "            [--advertise-url URL] [--watch-policy]\n"
 		   "            [--cgroup-ceilings on|off]\n"
 		   "            [--ceilings KEY=N,...] [--ceiling-reserve KEY=N,...]\n");
 	fputs(sbx_front_usage, f);
@@ -102,6 +104,8 @@ static int lua_start(sbx_srv *S)
 	lua_setfield(L, -2, "max_runs");
 	lua_pushnumber(L, S->warm_runs);
 	lua_setfield(L, -2, "warm_runs");
+	lua_pushnumber(L, S->spare_sessions);
+	lua_setfield(L, -2, "spare_sessions");
 	if (S->warm_idle_ms) {
 		lua_pushnumber(L, S->warm_idle_ms / 1000.0);
 		lua_setfield(L, -2, "warm_idle_s");
@@ -319,6 +323,7 @@ int main(int argc, char **argv)
 		{"admin-tenant", required_argument, 0, 'A'},
 		{"warm-runs", required_argument, 0, 'W'},
 		{"warm-idle-ms", required_argument, 0, 'w'},
+		{"spare-sessions", required_argument, 0, 'X'},
 		{"advertise-url", required_argument, 0, 'U'},
 		{"watch-policy", no_argument, 0, 'P'},
 		{"cgroup-ceilings", required_argument, 0, 'Q'},
@@ -365,6 +370,10 @@ int main(int argc, char **argv)
 	S.max_sessions = 16;
 	S.max_runs = 64;
 	S.warm_runs = 1;
+	/* One spare: a steady stream of opens of one shape finds one ready
+	 * (a refill takes one open's time, in the background), and it costs
+	 * one idle zygote; bursts past it open cold.  0 turns it off. */
+	S.spare_sessions = 1;
 	S.hard_ceiling_s = 24 * 3600;
 	S.max_body = 8 * 1024 * 1024; /* a chunk of an upload; h2o holds it whole */
 	S.drain_grace_ms = 10000;
@@ -439,6 +448,10 @@ int main(int argc, char **argv)
 			break;
 		case 'W':
 			S.warm_runs = (uint32_t)num_arg("--warm-runs", optarg, 1, 64, &bad);
+			break;
+		case 'X':
+			S.spare_sessions = (uint32_t)num_arg("--spare-sessions", optarg, 0,
+							     SBX_SPARES_MAX, &bad);
 			break;
 		case 'w':
 			S.warm_idle_ms =

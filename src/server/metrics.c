@@ -10,6 +10,7 @@
 #include <lauxlib.h>
 
 #include "front.h"
+#include "sbx.h"
 
 sbx_srv_metrics sbx_srv_m;
 
@@ -88,6 +89,25 @@ static void lua_stats(sbx_srv *S, double *open, double *denials, double *proxy)
 	lua_pop(L, 1);
 }
 
+/* The spare sessions (src/core/spare.c): kept opened ahead, in no
+ * tenant's count; these say how many there are and what became of them. */
+static void spare_metrics(FILE *f)
+{
+	sbx_spares_stats st;
+	sbx_spares_get_stats(&st);
+	fprintf(f, "# HELP sbxd_spare_sessions_ready Spare sessions opened ahead, ready now.\n"
+		   "# TYPE sbxd_spare_sessions_ready gauge\n");
+	fprintf(f, "sbxd_spare_sessions_ready %u\n", st.ready);
+	fprintf(f, "# HELP sbxd_spare_sessions_total Spare sessions, by what became of them.\n"
+		   "# TYPE sbxd_spare_sessions_total counter\n");
+	fprintf(f, "sbxd_spare_sessions_total{event=\"made\"} %lu\n", (unsigned long)st.made);
+	fprintf(f, "sbxd_spare_sessions_total{event=\"taken\"} %lu\n", (unsigned long)st.taken);
+	fprintf(f, "sbxd_spare_sessions_total{event=\"missed\"} %lu\n", (unsigned long)st.missed);
+	fprintf(f, "sbxd_spare_sessions_total{event=\"dead\"} %lu\n", (unsigned long)st.dead);
+	fprintf(f, "sbxd_spare_sessions_total{event=\"failed\"} %lu\n", (unsigned long)st.failed);
+	fprintf(f, "sbxd_spare_sessions_total{event=\"flushed\"} %lu\n", (unsigned long)st.flushed);
+}
+
 char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 {
 	char *buf = NULL;
@@ -101,6 +121,7 @@ char *sbx_srv_metrics_render(sbx_srv *S, size_t *len)
 	fprintf(f,
 		"# HELP sbxd_sessions_open Sessions open now.\n# TYPE sbxd_sessions_open gauge\n");
 	fprintf(f, "sbxd_sessions_open %.0f\n", open);
+	spare_metrics(f);
 	fprintf(f, "# HELP sbxd_runs_active Runs streaming now.\n# TYPE sbxd_runs_active gauge\n");
 	fprintf(f, "sbxd_runs_active %zu\n", S->active_runs);
 	fprintf(f,

@@ -67,6 +67,7 @@ typedef struct sbx_srv {
 	uint32_t max_runs;	 /* concurrent runs per tenant */
 	uint32_t warm_runs;	 /* warm runs each session keeps ready */
 	uint32_t warm_idle_ms;	 /* an unused warm run ends after this; 0: the library's 10 s */
+	uint32_t spare_sessions; /* sessions of the last-opened shape kept opened ahead */
 	uint64_t hard_ceiling_s; /* session hard lifetime */
 	uint64_t idle_timeout_s; /* close sessions unused this long; 0: never */
 	size_t max_body;	 /* request body cap (bytes) */

@@ -4,6 +4,8 @@
  * with -s), each to completion, and prints the latency percentiles in ms on
  * one line that tests/bench/exec_latency.lua parses:
  *     n=2000 p50=0.412 p95=0.530 p99=0.701 min=0.350 max=1.920
+ * With -c K each timed run starts K copies at once and waits for them all
+ * (limits_bench.lua: the kernel's own cost of K namespace sets at once).
  * Any run that does not exit 0 aborts the measurement with exit status 1,
  * so a peer that cannot work here (no user namespaces for bwrap) is
  * reported as unavailable instead of timed.
@@ -49,11 +51,10 @@ static double percentile(const double *v, size_t n, double p)
 	return v[rank ? rank - 1 : 0];
 }
 
-/* Run argv once to completion; 0 when it exited 0. */
-static int run_once(char **argv, bool use_spawn)
+/* Start argv: its pid, or -1. */
+static pid_t start_one(char **argv, bool use_spawn)
 {
 	pid_t pid;
-	int status;
 
 	if (use_spawn) {
 		posix_spawn_file_actions_t fa;
@@ -85,6 +86,14 @@ static int run_once(char **argv, bool use_spawn)
 			_exit(127);
 		}
 	}
+	return pid;
+}
+
+/* Wait for pid; 0 when it exited 0. */
+static int wait_one(pid_t pid, const char *name)
+{
+	int status;
+
 	while (waitpid(pid, &status, 0) < 0) {
 		if (errno != EINTR) {
 			perror("sbx-bench-peer: waitpid");
@@ -92,35 +101,57 @@ static int run_once(char **argv, bool use_spawn)
 		}
 	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-		fprintf(stderr, "sbx-bench-peer: %s failed (status 0x%x)\n", argv[0], status);
+		fprintf(stderr, "sbx-bench-peer: %s failed (status 0x%x)\n", name, status);
 		return -1;
 	}
 	return 0;
 }
 
+/* Run at_once copies of argv together to completion; 0 when all exited 0. */
+static int run_once(char **argv, bool use_spawn, long at_once)
+{
+	pid_t pids[64];
+	long started = 0;
+	int rc = 0;
+
+	for (; started < at_once; started++)
+		if ((pids[started] = start_one(argv, use_spawn)) < 0) {
+			rc = -1;
+			break;
+		}
+	for (long i = 0; i < started; i++)
+		if (wait_one(pids[i], argv[0]) < 0)
+			rc = -1;
+	return rc;
+}
+
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: sbx-bench-peer [-n RUNS] [-w WARMUP] [-s] [-q] -- argv...\n"
+	fprintf(out, "usage: sbx-bench-peer [-n RUNS] [-w WARMUP] [-c K] [-s] [-q] -- argv...\n"
 		     "  -n RUNS    timed runs (default 2000)\n"
 		     "  -w WARMUP  untimed runs first (default 50)\n"
+		     "  -c K       start K copies at once per run, wait for all (1..64)\n"
 		     "  -s         posix_spawnp instead of fork + execvp\n"
 		     "  -q         the command's stdout and stderr go to /dev/null\n");
 }
 
 int main(int argc, char **argv)
 {
-	long runs = 2000, warmup = 50;
+	long runs = 2000, warmup = 50, at_once = 1;
 	bool use_spawn = false, quiet = false;
 	double *t;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "+n:w:sqh")) != -1) {
+	while ((opt = getopt(argc, argv, "+n:w:c:sqh")) != -1) {
 		switch (opt) {
 		case 'n':
 			runs = strtol(optarg, NULL, 10);
 			break;
 		case 'w':
 			warmup = strtol(optarg, NULL, 10);
+			break;
+		case 'c':
+			at_once = strtol(optarg, NULL, 10);
 			break;
 		case 's':
 			use_spawn = true;
@@ -136,7 +167,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind >= argc || runs < 1 || warmup < 0) {
+	if (optind >= argc || runs < 1 || warmup < 0 || at_once < 1 || at_once > 64) {
 		usage(stderr);
 		return 2;
 	}
@@ -153,12 +184,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (long i = 0; i < warmup; i++)
-		if (run_once(argv + optind, use_spawn) < 0)
+		if (run_once(argv + optind, use_spawn, at_once) < 0)
 			return 1;
 	for (long i = 0; i < runs; i++) {
 		double t0 = now_ms();
 
-		if (run_once(argv + optind, use_spawn) < 0)
+		if (run_once(argv + optind, use_spawn, at_once) < 0)
 			return 1;
 		t[i] = now_ms() - t0;
 	}

@@ -10,6 +10,8 @@
 -- sandbox's setup waits until the test opens that FIFO for writing (while
 -- the path does not exist, setups go on at once); open mode's pasta with
 -- SBX_TEST_PASTA (a fake pasta that waits, or never becomes ready).
+-- These are about cold opens: sbxd runs with --spare-sessions 0 (a spare
+-- would skip the held setup; a refill would wait at the hold too).
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local T = dofile(here .. "helpers.lua")
 local H = dofile(T.ROOT .. "/tests/server/harness.lua")
@@ -152,6 +154,7 @@ describe_srv("sbxd while a session's sandbox sets up", function()
     assert(os.execute(("chmod 0755 %s"):format(H.q(dir))))
     srv = assert(H.start {
       tokens = { alice = "tok-alice-loop-0123456789abcdef", bob = "tok-bob-loop-0123456789abcdef" },
+      args = { "--spare-sessions", "0" },
       env = { SBX_TEST_HOLD_OPEN_FIFO = fifo },
     })
   end)
@@ -228,6 +231,7 @@ exec /usr/bin/pasta "$@"
     assert(os.execute("chmod 0755 " .. H.q(pasta)))
     srv = assert(H.start {
       tokens = { alice = "tok-alice-loop-0123456789abcdef", bob = "tok-bob-loop-0123456789abcdef" },
+      args = { "--spare-sessions", "0" },
       env = { SBX_TEST_PASTA = pasta },
     })
   end)
@@ -293,7 +297,8 @@ describe_srv("sbxd's per-tenant session limit while opens wait", function()
     dir = H.sh("mktemp -d /tmp/sbx-loop-spec.XXXXXX"):gsub("%s+$", "")
     fifo = dir .. "/hold"
     assert(os.execute(("chmod 0755 %s && mkfifo -m 0666 %s"):format(H.q(dir), H.q(fifo))))
-    srv = assert(H.start { args = { "--max-sessions", "1" }, env = { SBX_TEST_HOLD_OPEN_FIFO = fifo } })
+    srv = assert(H.start {
+      args = { "--spare-sessions", "0", "--max-sessions", "1" }, env = { SBX_TEST_HOLD_OPEN_FIFO = fifo } })
   end)
   teardown(function()
     if srv then srv:cleanup() end

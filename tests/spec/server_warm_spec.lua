@@ -149,9 +149,12 @@ describe_core("warm runs", function()
 
   local describe_srv = (H.available() and H.have("curl")) and describe
     or function(name) pending(name .. " (needs sbxd, curl)") end
+  -- (--spare-sessions 0: these count the inits below sbxd's zygotes, and a
+  -- spare session has warm runs of its own: server_spare_spec.)
   describe_srv("sbxd --warm-runs", function()
     it("gives each session that many warm runs; the API cannot set it", function()
-      local srv = assert(H.start { args = { "--warm-runs", "3", "--warm-idle-ms", "3600000" } })
+      local srv = assert(H.start {
+        args = { "--spare-sessions", "0", "--warm-runs", "3", "--warm-idle-ms", "3600000" } })
       finally(function() srv:cleanup() end)
       local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
         "-d", "{}")
@@ -168,7 +171,7 @@ describe_core("warm runs", function()
     end)
 
     it("--warm-idle-ms ends its sessions' unused warm runs; the session stays usable", function()
-      local srv = assert(H.start { args = { "--warm-idle-ms", "200" } })
+      local srv = assert(H.start { args = { "--spare-sessions", "0", "--warm-idle-ms", "200" } })
       finally(function() srv:cleanup() end)
       local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
         "-d", "{}")
@@ -190,7 +193,7 @@ describe_core("warm runs", function()
     end)
 
     it("--warm-idle-ms: runs of two network modes after their warm runs expired", function()
-      local srv = assert(H.start { args = { "--warm-idle-ms", "200", "--warm-runs", "2" } })
+      local srv = assert(H.start { args = { "--spare-sessions", "0", "--warm-idle-ms", "200", "--warm-runs", "2" } })
       finally(function() srv:cleanup() end)
       local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
         "-d", '{"network_mode":"allowlist"}')
@@ -227,7 +230,7 @@ describe_core("warm runs", function()
       -- offer aside while the run takes the given-back init), then a
       -- blocked run: it waited 10 s for an offer nobody had asked for
       -- and failed (500 "no warm run ... came").
-      local srv = assert(H.start { args = { "--warm-idle-ms", "3600000" } })
+      local srv = assert(H.start { args = { "--spare-sessions", "0", "--warm-idle-ms", "3600000" } })
       finally(function() srv:cleanup() end)
       local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", "content-type: application/json",
         "-d", '{"network_mode":"allowlist"}')

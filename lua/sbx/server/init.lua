@@ -449,6 +449,8 @@ end
 function M.reload_policy()
   local ok, why = cfg.engine:reload()
   if ok then
+    -- No spare made under the previous policy is handed out.
+    require("sbx.core").spares_flush()
     pod_ceilings(cfg.engine.current)
     io.stderr:write(("sbxd: event=policy_reload ok=true generation=%d policy=%s\n")
       :format(cfg.engine.generation or 0, tostring(cfg.policy)))
@@ -566,6 +568,10 @@ function M.init(c)
   cfg.max_runs = c.max_runs or 64
   cfg.warm_runs = c.warm_runs or 1
   cfg.warm_idle_s = c.warm_idle_s
+  -- Spare sessions of the last-opened shape (sbxd --spare-sessions; 0
+  -- when the server is driven without sbxd): src/core/spare.c.
+  cfg.spare_sessions = c.spare_sessions or 0
+  require("sbx.session").keep_spares_of_last_shape(cfg.spare_sessions)
   cfg.hard_ceiling_s = c.hard_ceiling_s or 24 * 3600
   cfg.idle_timeout_s = c.idle_timeout_s or 3600
   cfg.endpoint = c.listen
@@ -633,6 +639,7 @@ function M.stats()
 end
 
 function M.shutdown()
+  require("sbx.core").spares_flush()
   for _, rec in pairs(sessions) do close_rec(rec, "shutdown") end
 end
 
