@@ -24,7 +24,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${1:-build}
 shift || true
-cmake --build "$build" -j"$(nproc)" --target sbx-bench-peer sbxlua >/dev/null
+cmake --build "$build" -j"$(nproc)" --target sbx-bench-peer sbx-open-peer sbx-hop-floor sbxlua >/dev/null
 "$build/bin/sbxlua" tests/bench/exec_latency.lua --peer "$build/bin/sbx-bench-peer" "$@"
 # Issue 18's run and open figures next to their limits, side by side in
 # alternating rounds, as ratios.
