@@ -5,7 +5,11 @@
 --     child of the host (CLONE_PARENT), not of the template, so the host
 --     reaps it and writes its id maps;
 --   * killed, it is started again at the next open, and that session works;
---   * it ends with its host (a SIGKILL to the host leaves no template).
+--   * it ends with its host (a SIGKILL to the host leaves no template);
+--   * it holds nothing of a request after serving it, nor of the host
+--     (its cwd is /, its signal mask empty), and a zygote holds nothing
+--     of another session's request (another session's work dir, binds,
+--     cgroup files, settings memfd, id-map pipe).
 -- Each has a control showing the probe sees what it looks for.
 
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
@@ -31,6 +35,19 @@ local function eventually(f, seconds)
     H.sleep(0.05)
   end
   return f()
+end
+
+-- fd number -> target of pid's open fds.
+local function fds_of(pid)
+  local t = {}
+  for n in H.sh("ls /proc/" .. pid .. "/fd"):gmatch("%d+") do
+    t[tonumber(n)] = H.readlink("/proc/" .. pid .. "/fd/" .. n)
+  end
+  return t
+end
+
+local function status_field(pid, name)
+  return (H.read_file("/proc/" .. pid .. "/status") or ""):match(name .. ":%s*(%S+)")
 end
 
 describe("the zygote template", function()
@@ -91,6 +108,65 @@ ffi.C.sleep(600) -- no child of its own to outlive it
     H.sh("kill -KILL " .. host)
     assert.is_true(eventually(function() return not alive(t[1]) end, 20),
       "the template outlived its host: " .. H.sh("ps -o pid,ppid,stat,comm -p " .. t[1]))
+    H.rmtree(dir)
+  end)
+  it("keeps nothing of a request it served, nor the host's cwd or signal mask", function()
+    local me = H.getpid()
+    local dir = H.mktemp_dir("tplfd")
+    local a = sbx.session { backend = "userns", read_write_paths = { dir }, memory_mb = 256 }
+    assert.are.equal(0, a:exec("true").returncode)
+    local t = children(me, "sbx-template")
+    assert.are.equal(1, #t)
+    local fds = fds_of(t[1])
+    local seen = {}
+    for n, target in pairs(fds) do
+      seen[#seen + 1] = n .. " -> " .. tostring(target)
+      if n <= 2 then
+        assert.are.equal("/dev/null", target)
+      else
+        assert.truthy(tostring(target):match("^socket:"), table.concat(seen, ", "))
+      end
+    end
+    -- Control: the probe saw its stdio and its one socket.
+    assert.are.equal(4, #seen, table.concat(seen, ", "))
+    assert.are.equal("/", H.readlink("/proc/" .. t[1] .. "/cwd"))
+    assert.are.equal("0000000000000000", status_field(t[1], "SigBlk"))
+    a:close()
+    H.rmtree(dir)
+  end)
+
+  it("gives a zygote nothing of another session's request", function()
+    local me = H.getpid()
+    local dir = H.mktemp_dir("tplother")
+    local a = sbx.session { backend = "userns", read_write_paths = { dir }, memory_mb = 256 }
+    assert.are.equal(0, a:exec("true").returncode)
+    local before = {}
+    for _, z in ipairs(children(me, "sbx-zygote")) do before[z] = true end
+    local b = sbx.session { backend = "userns" }
+    assert.are.equal(0, b:exec("true").returncode)
+    local zb
+    for _, z in ipairs(children(me, "sbx-zygote")) do
+      if not before[z] then zb = z end
+    end
+    assert.is_not_nil(zb)
+    local seen, sockets = {}, 0
+    for n, target in pairs(fds_of(zb)) do
+      target = tostring(target)
+      seen[#seen + 1] = n .. " -> " .. target
+      if target:match("^socket:") then sockets = sockets + 1 end
+      -- Only its own kinds: stdio on /dev/null, its network namespace,
+      -- its signalfd, its control socket (B has no memory ceiling, so
+      -- no oom_score_adj of its own).
+      local own = target == "/dev/null" or target:match("^net:") or target:match("^socket:")
+          or target == "anon_inode:[signalfd]"
+      assert.truthy(own, "zygote B holds " .. target .. ": " .. table.concat(seen, ", "))
+      assert.is_nil(target:find(dir, 1, true))
+      assert.is_nil(target:find("cgroup", 1, true))
+    end
+    -- Control: the probe saw B's own control socket.
+    assert.are.equal(1, sockets, table.concat(seen, ", "))
+    b:close()
+    a:close()
     H.rmtree(dir)
   end)
 end)
