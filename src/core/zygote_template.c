@@ -27,6 +27,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -201,6 +202,18 @@ static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_
 			return 0;
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "ask the zygote template: %s",
 				   strerror(errno));
+	}
+	/* It answers at once (one clone); one that does not (stopped, or
+	 * stuck) must not hold every open of this process behind T.mu. */
+	struct pollfd pfd = {T.sock, POLLIN, 0};
+	int pr;
+	while ((pr = poll(&pfd, 1, SBX_SESSION_READY_TIMEOUT_MS)) < 0 && errno == EINTR)
+		;
+	if (pr == 0) {
+		stop_locked(); /* the next open starts another */
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, ETIMEDOUT,
+				   "the zygote template did not answer within %d ms",
+				   SBX_SESSION_READY_TIMEOUT_MS);
 	}
 	while ((n = recv(T.sock, &rep, sizeof(rep), 0)) < 0 && errno == EINTR)
 		;

@@ -5,6 +5,9 @@
 --     child of the host (CLONE_PARENT), not of the template, so the host
 --     reaps it and writes its id maps;
 --   * killed, it is started again at the next open, and that session works;
+--   * stopped (it never answers), the open fails with a clear error after
+--     SBX_SESSION_READY_TIMEOUT_MS instead of hanging every open, and
+--     the next open starts another;
 --   * it ends with its host (a SIGKILL to the host leaves no template);
 --   * it holds nothing of a request after serving it, nor of the host
 --     (its cwd is /, its signal mask empty), and a zygote holds nothing
@@ -79,6 +82,28 @@ describe("the zygote template", function()
     local s = sbx.session { backend = "userns" }
     local r = s:exec("echo ok")
     assert.are.equal("ok\n", r.stdout)
+    local t2 = children(me, "sbx-template")
+    assert.are.equal(1, #t2)
+    assert.are_not.equal(t[1], t2[1])
+    s:close()
+  end)
+
+  it("that never answers fails the open, and is replaced", function()
+    local me = H.getpid()
+    sbx.session({ backend = "userns" }):close()
+    local t = children(me, "sbx-template")
+    assert.are.equal(1, #t)
+    assert.are.equal(0, select(2, H.sh("kill -STOP " .. t[1])))
+    local ok, err = pcall(sbx.session, { backend = "userns" })
+    -- (Before: this open waited forever.)
+    assert.is_false(ok)
+    assert.are.equal("BackendUnavailable", H.errkind(err))
+    assert.truthy(tostring(err.message or err):find("zygote template did not answer", 1, true), tostring(err.message or err))
+    -- It was killed (no stopped one is left behind) and replaced.
+    assert.is_true(eventually(function() return not alive(t[1]) end))
+    local s = sbx.session { backend = "userns" }
+    assert.are.equal("ok\n", s:exec("echo ok").stdout)
+    -- Control: a new one serves, and it is not the stopped one.
     local t2 = children(me, "sbx-template")
     assert.are.equal(1, #t2)
     assert.are_not.equal(t[1], t2[1])
