@@ -234,6 +234,32 @@ static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_
 	return rep.pid;
 }
 
+/* fork(): a child must not inherit T.mu locked by a thread it does not
+ * have (an open waiting for the template's answer, our thread cloning),
+ * or its first open waits forever.  So fork waits for T.mu, and the child
+ * starts with it free and no parent thread (P.owner tells). */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&T.mu);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&T.mu);
+}
+
+static void fork_child(void)
+{
+	pthread_mutex_init(&T.mu, NULL);
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_init(void)
+{
+	(void)pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 pid_t sbx_zygote_template_spawn(uint64_t flags, const struct sbx_zygote_spawn *sp, int *clone_errno,
 				sbx_err *err)
 {
@@ -246,6 +272,7 @@ pid_t sbx_zygote_template_spawn(uint64_t flags, const struct sbx_zygote_spawn *s
 		return -1;
 	fds[0] = blob;
 	nfds++;
+	pthread_once(&atfork_once, atfork_init);
 	pthread_mutex_lock(&T.mu);
 	/* Twice at most: a template that died (killed, or its host thread
 	 * gone) is replaced once. */

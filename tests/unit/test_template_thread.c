@@ -1,6 +1,6 @@
 /*
- * test_template_thread.c: a host thread's exit leaves the sessions alone
- * (zygote_template.c).
+ * test_template_thread.c: a host thread's exit leaves the sessions alone,
+ * and a fork leaves the child able to open (zygote_template.c).
  *
  * The zygote template and every zygote it clones (CLONE_PARENT) carry
  * PR_SET_PDEATHSIG, which the kernel fires when their parent *thread*
@@ -10,10 +10,15 @@
  * opens the first session (so it would start the template), the main
  * thread opens a second one, the thread ends; the second session must
  * still run a command.  Control: the same probe sees a session whose
- * zygote was killed fail.  Needs root and user namespaces; skipped
- * otherwise.
+ * zygote was killed fail.
+ *
+ * And a fork while one thread's open waits for the template's answer
+ * (holding its lock: the template is stopped here) leaves the child a
+ * lock it can take: the child's own open works (it waited forever).
+ * Needs root and user namespaces; skipped otherwise.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -235,11 +240,162 @@ static void test_thread_exit_privileged(void **state)
 	thread_exit_keeps_sessions("privileged");
 }
 
+/* The syscall task tid of this process is in (its number), or -1. */
+static long in_syscall(pid_t tid)
+{
+	char path[64], buf[64] = "";
+	snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", (int)tid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	long nr = fgets(buf, sizeof(buf), f) ? strtol(buf, NULL, 10) : -1;
+	fclose(f);
+	return nr;
+}
+
+/* This process's zygote template: a child of one of its threads. */
+static pid_t find_template(void)
+{
+	char path[300], comm[32];
+	pid_t found = -1;
+	struct dirent *d;
+	DIR *dir = opendir("/proc/self/task");
+	int pid;
+
+	while (dir && (d = readdir(dir)) != NULL) {
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/children", d->d_name);
+		FILE *c = fopen(path, "re");
+		while (c && fscanf(c, "%d", &pid) == 1) {
+			snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+			FILE *cf = fopen(path, "re");
+			if (cf && fgets(comm, sizeof(comm), cf) && !strcmp(comm, "sbx-template\n"))
+				found = pid;
+			if (cf)
+				fclose(cf);
+		}
+		if (c)
+			fclose(c);
+	}
+	if (dir)
+		closedir(dir);
+	return found;
+}
+
+struct forker {
+	pid_t tid;
+	volatile pid_t child; /* 0 until fork returned */
+};
+
+static void *forker_main(void *arg)
+{
+	struct forker *fk = arg;
+	sbx_err err;
+
+	fk->tid = (pid_t)syscall(SYS_gettid);
+	pid_t pid = fork();
+	if (pid == 0) {
+		sbx_session *s = open_one(&err);
+		_exit(s && run_true(s) == 0 ? 0 : 1);
+	}
+	fk->child = pid;
+	return NULL;
+}
+
+static void *blocked_open_main(void *arg)
+{
+	struct opener *op = arg;
+
+	op->tid = (pid_t)syscall(SYS_gettid);
+	op->s = open_one(&op->err);
+	return NULL;
+}
+
+enum { HUNG = 10, CHILD_FAILED, NO_TEMPLATE, NOT_BLOCKED };
+
+/* In a fresh process: an open waits on a stopped template (holding the
+ * template's lock) while another thread forks; the forked child opens. */
+static int fork_scenario(void)
+{
+	struct opener op;
+	struct forker fk;
+	pthread_t x, y;
+	sbx_err err;
+	int st;
+
+	sbx_session *a = open_one(&err);
+	if (!a)
+		return err.kind == SBX_E_BACKEND_UNAVAILABLE ? SKIP : BAD_OPEN;
+	pid_t tpl = find_template();
+	if (tpl <= 0)
+		return NO_TEMPLATE;
+	kill(tpl, SIGSTOP);
+	memset(&op, 0, sizeof(op));
+	memset(&fk, 0, sizeof(fk));
+	if (pthread_create(&x, NULL, blocked_open_main, &op) != 0)
+		return BAD_THREAD;
+	/* Until the open waits for the template's answer (in poll). */
+	long nr = -1;
+	for (int i = 0; i < 60000; i++) {
+		nr = op.tid ? in_syscall(op.tid) : -1;
+		if (nr == SYS_poll || nr == SYS_ppoll)
+			break;
+		usleep(1000);
+	}
+	if (nr != SYS_poll && nr != SYS_ppoll)
+		return NOT_BLOCKED;
+	if (pthread_create(&y, NULL, forker_main, &fk) != 0)
+		return BAD_THREAD;
+	/* Until the fork is done, or waits for the lock (the fix). */
+	for (int i = 0; i < 60000 && !fk.child; i++) {
+		if (fk.tid && in_syscall(fk.tid) == SYS_futex)
+			break;
+		usleep(1000);
+	}
+	kill(tpl, SIGCONT);
+	pthread_join(x, NULL);
+	pthread_join(y, NULL);
+	if (fk.child <= 0)
+		return BAD_THREAD;
+	int code = doomed(fk.child, 60000) ? 0 : HUNG;
+	if (code == HUNG)
+		kill(fk.child, SIGKILL);
+	if (waitpid(fk.child, &st, 0) != fk.child)
+		return BAD_THREAD;
+	if (code == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+		code = CHILD_FAILED;
+	if (op.s)
+		sbx_session_close(op.s, NULL);
+	sbx_session_close(a, NULL);
+	return code;
+}
+
+static void test_fork_while_an_open_waits(void **state)
+{
+	int st = 0;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	backend = "userns";
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(fork_scenario());
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	if (WEXITSTATUS(st) == SKIP)
+		skip();
+	assert_int_equal(WEXITSTATUS(st), PASS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_thread_exit_userns),
 		cmocka_unit_test(test_thread_exit_privileged),
+		cmocka_unit_test(test_fork_while_an_open_waits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
