@@ -196,6 +196,7 @@ static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_
 
 	memset(&req, 0, sizeof(req));
 	req.magic = SBX_TPL_MAGIC;
+	req.nfds = (uint32_t)nfds;
 	req.flags = flags;
 	if (sbx_proto_send_fds(T.sock, &req, sizeof(req), fds, nfds) != 0) {
 		if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)
@@ -227,6 +228,11 @@ static pid_t ask_locked(uint64_t flags, const int *fds, size_t nfds, int *clone_
 		stop_locked(); /* out of step with us: the next open starts another */
 		return sbx_err_set(err, SBX_E_EXECUTION, e, "the zygote template answered garbage");
 	}
+	if (rep.fds_short)
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, rep.err_no,
+				   "the zygote template could not take the session's %zu fds (its "
+				   "open files limit, RLIMIT_NOFILE, is too low)",
+				   nfds);
 	if (rep.pid <= 0) {
 		*clone_errno = rep.err_no ? rep.err_no : EINVAL;
 		return -2;

@@ -8,6 +8,9 @@
 --   * stopped (it never answers), the open fails with a clear error after
 --     SBX_SESSION_READY_TIMEOUT_MS instead of hanging every open, and
 --     the next open starts another;
+--   * at its open files limit (the fds of a request cannot all arrive) the
+--     open fails and says so, and the host lives on (a zygote that died
+--     before its sync byte raised SIGPIPE in the host);
 --   * it ends with its host (a SIGKILL to the host leaves no template);
 --   * it holds nothing of a request after serving it, nor of the host
 --     (its cwd is /, its signal mask empty), and a zygote holds nothing
@@ -108,6 +111,39 @@ describe("the zygote template", function()
     assert.are.equal(1, #t2)
     assert.are_not.equal(t[1], t2[1])
     s:close()
+  end)
+
+  it("at its open files limit fails the open clearly, and the host lives on", function()
+    local out, rc = H.run_child([[
+local sbx = require "sbx"
+local ffi = require "ffi"
+ffi.cdef "int getpid(void);"
+local function sh(c) local p = io.popen(c); local o = p:read("*a"); p:close(); return o end
+sbx.session({ backend = "userns" }):close()
+local t = sh("pgrep -P " .. ffi.C.getpid() .. " -x sbx-template"):match("%d+")
+-- Its stdio and socket, and room for two more: a session with a memory
+-- ceiling sends more (settings, sync, control, cgroup.procs files).
+sh("prlimit --pid " .. t .. " --nofile=6:1024")
+for _ = 1, 10 do
+  local ok, err = pcall(sbx.session, { backend = "userns", memory_mb = 256 })
+  if ok then err:close() end
+  print(ok and "OPENED" or (err.kind .. ": " .. err.message))
+end
+-- Control: with its limit back, the same open works.
+sh("prlimit --pid " .. t .. " --nofile=1024:1024")
+local s = sbx.session { backend = "userns", memory_mb = 256 }
+print("AFTER " .. s:exec("echo ok").stdout)
+s:close()
+]], 300)
+    assert.are.equal(0, rc, out)
+    local n = 0
+    for line in out:gmatch("[^\n]+") do
+      if line:find("BackendUnavailable: the zygote template could not take the session's", 1, true) then
+        n = n + 1
+      end
+    end
+    assert.are.equal(10, n, out)
+    assert.truthy(out:find("AFTER ok", 1, true), out)
   end)
 
   it("ends with its host", function()
