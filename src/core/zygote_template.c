@@ -109,6 +109,8 @@ static void *parent_main(void *arg)
 	pid_t host = getpid();
 
 	(void)arg;
+	/* Named for whoever lists the host's threads (ps -L, top -H). */
+	prctl(PR_SET_NAME, "sbx-tpl-parent");
 	pthread_mutex_lock(&T.mu);
 	for (;;) {
 		while (!P.want)
