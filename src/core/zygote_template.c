@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +94,9 @@ static __attribute__((noreturn)) void template_child(int image_fd, int sock, pid
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (chdir("/") != 0)
 		_exit(1);
+	/* Nor the host's umask: the root's dirs are made with it (077 made
+	 * /etc's unreadable to the workload), and a run starts with it. */
+	umask(022);
 	/* No terminal (Ctrl-C to the host's group must not reach it). */
 	setsid();
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);

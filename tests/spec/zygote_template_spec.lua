@@ -8,6 +8,8 @@
 --   * stopped (it never answers), the open fails with a clear error after
 --     SBX_SESSION_READY_TIMEOUT_MS instead of hanging every open, and
 --     the next open starts another;
+--   * it takes nothing of the host's umask: a host at 077 opens a session
+--     whose root is readable and whose runs start at 022;
 --   * at its open files limit (the fds of a request cannot all arrive) the
 --     open fails and says so, and the host lives on (a zygote that died
 --     before its sync byte raised SIGPIPE in the host);
@@ -144,6 +146,29 @@ s:close()
     end
     assert.are.equal(10, n, out)
     assert.truthy(out:find("AFTER ok", 1, true), out)
+  end)
+
+  it("gives sessions umask 022 and a readable root whatever the host's umask", function()
+    -- A host of its own, so that its first open (the template's start)
+    -- happens under umask 077.
+    local out, rc = H.run_child([[
+local sbx = require "sbx"
+local ffi = require "ffi"
+ffi.cdef "unsigned int umask(unsigned int);"
+ffi.C.umask(tonumber("077", 8))
+for _, b in ipairs { "userns", "privileged" } do
+  local s = sbx.session { backend = b }
+  local r = s:exec("umask; cat /etc/hostname")
+  print(b .. " " .. r.returncode .. " " .. r.stdout:gsub("\n", " ") .. r.stderr)
+  s:close()
+end
+-- Control: the host's own umask is still 077 (the probe would see it).
+print("host " .. string.format("%04o", ffi.C.umask(tonumber("077", 8))))
+]], 120)
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:find("userns 0 0022 sandbox ", 1, true), out)
+    assert.truthy(out:find("privileged 0 0022 sandbox ", 1, true), out)
+    assert.truthy(out:find("host 0077", 1, true), out)
   end)
 
   it("ends with its host", function()
