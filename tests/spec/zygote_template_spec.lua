@@ -8,6 +8,9 @@
 --   * stopped (it never answers), the open fails with a clear error after
 --     SBX_SESSION_READY_TIMEOUT_MS instead of hanging every open, and
 --     the next open starts another;
+--   * no exec carries the zygote's capabilities any more: a run's PID 1
+--     (sbx-init) holds no inheritable or ambient ones (with the exec into
+--     sbx-zygote it held every one of both);
 --   * it takes nothing of the host's umask: a host at 077 opens a session
 --     whose root is readable and whose runs start at 022;
 --   * at its open files limit (the fds of a request cannot all arrive) the
@@ -170,6 +173,20 @@ print("host " .. string.format("%04o", ffi.C.umask(tonumber("077", 8))))
     assert.truthy(out:find("privileged 0 0022 sandbox ", 1, true), out)
     assert.truthy(out:find("host 0077", 1, true), out)
   end)
+
+  for _, backend in ipairs { "userns", "privileged" } do
+    it("leaves a run's PID 1 no inheritable or ambient capabilities (" .. backend .. ")", function()
+      local s = sbx.session { backend = backend }
+      local r = s:exec("grep -E '^(Name|CapInh|CapAmb|CapPrm):' /proc/1/status /proc/self/status")
+      assert.are.equal(0, r.returncode, r.stderr)
+      -- Control: the probe read PID 1's lines.
+      assert.truthy(r.stdout:find("/proc/1/status:Name:", 1, true), r.stdout)
+      assert.truthy(r.stdout:find("/proc/1/status:CapInh:\t0000000000000000", 1, true), r.stdout)
+      assert.truthy(r.stdout:find("/proc/1/status:CapAmb:\t0000000000000000", 1, true), r.stdout)
+      assert.truthy(r.stdout:find("/proc/self/status:CapPrm:\t0000000000000000", 1, true), r.stdout)
+      s:close()
+    end)
+  end
 
   it("ends with its host", function()
     local dir = H.mktemp_dir("tpl")
