@@ -5,6 +5,8 @@
 --     child of the host (CLONE_PARENT), not of the template, so the host
 --     reaps it and writes its id maps;
 --   * killed, it is started again at the next open, and that session works;
+--   * killed while an open waits for its answer, that open fails (never
+--     hangs, never opens without it) and the next one works;
 --   * stopped (it never answers), the open fails with a clear error after
 --     SBX_SESSION_READY_TIMEOUT_MS instead of hanging every open, and
 --     the next open starts another;
@@ -94,6 +96,42 @@ describe("the zygote template", function()
     assert.are.equal(1, #t2)
     assert.are_not.equal(t[1], t2[1])
     s:close()
+  end)
+
+  it("killed while an open waits for it fails that open, and the next one works", function()
+    local c = H.spawn_child([[
+local sbx = require "sbx"
+local ffi = require "ffi"
+ffi.cdef "int getpid(void);"
+local function sh(cmd) local p = io.popen(cmd); local o = p:read("*a"); p:close(); return o end
+sbx.session({ backend = "userns" }):close()
+local t = sh("pgrep -P " .. ffi.C.getpid() .. " -x sbx-template"):match("%d+")
+sh("kill -STOP " .. t)
+io.stderr:write("TEMPLATE " .. t .. "\n"); io.stderr:flush()
+local ok, err = pcall(sbx.session, { backend = "userns" })
+print(ok and "OPENED" or ("FAILED " .. err.kind .. ": " .. err.message))
+local s = sbx.session { backend = "userns" }
+print("NEXT " .. s:exec("echo ok").stdout)
+s:close()
+]])
+    local t
+    assert.is_true(eventually(function()
+      t = c.output():match("TEMPLATE (%d+)")
+      return t ~= nil
+    end, 60), c.output())
+    -- Until the child's open waits for the stopped template's answer.
+    assert.is_true(eventually(function()
+      local sc = H.read_file("/proc/" .. c.pid .. "/syscall") or ""
+      local nr = tonumber(sc:match("^(%d+)"))
+      return nr == 7 or nr == 271 -- poll, ppoll (x86_64)
+    end, 60), H.read_file("/proc/" .. c.pid .. "/syscall"))
+    H.sh("kill -KILL " .. t)
+    assert.is_true(eventually(function() return c.output():find("NEXT", 1, true) ~= nil end, 60), c.output())
+    local out = c.output()
+    assert.truthy(out:find("FAILED BackendUnavailable: the zygote template ended while starting the sandbox", 1, true), out)
+    assert.truthy(out:find("NEXT ok", 1, true), out)
+    c.kill()
+    H.rmtree(c.dir)
   end)
 
   it("that never answers fails the open, and is replaced", function()
