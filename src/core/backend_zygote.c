@@ -220,9 +220,12 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 	memset(&sp, 0, sizeof(sp));
 	for (int i = 0; i < SBX_CG_NCTL; i++)
 		sp.procs[i] = -1;
-	if (pipe2(sync, O_CLOEXEC) != 0 ||
+	/* sync: a socket, not a pipe, so that our byte to a zygote already
+	 * dead fails with EPIPE instead of raising SIGPIPE (MSG_NOSIGNAL),
+	 * which would end a host that keeps its default (sbxlua). */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync) != 0 ||
 	    socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) != 0) {
-		sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+		sbx_err_set(err, SBX_E_EXECUTION, errno, "socketpair: %s", strerror(errno));
 		goto fail;
 	}
 	/* Runs give inits back here (cfg.reuse); never blocking a run's
@@ -281,7 +284,7 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 			close(fd);
 		}
 	}
-	if (write(sync[1], "x", 1) != 1) {
+	if (send(sync[1], "x", 1, MSG_NOSIGNAL) != 1) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "start the sandbox: %s", strerror(errno));
 		goto fail;
 	}

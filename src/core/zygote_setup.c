@@ -125,9 +125,15 @@ static void serve(int sock, const struct sbx_tpl_req *req, int *fds, size_t nfds
 
 	memset(&rep, 0, sizeof(rep));
 	rep.magic = SBX_TPL_MAGIC;
-	/* Only namespace flags: CLONE_PARENT is ours to add. */
-	if (nfds >= 1 && !(req->flags & ~(uint64_t)(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
-						    CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER))) {
+	/* The fds past our open files limit were dropped on the way (the
+	 * kernel truncates, the message still comes): a zygote without
+	 * them could not even say why it failed. */
+	if (nfds != req->nfds) {
+		rep.fds_short = 1;
+		e = EMFILE;
+	} else if (nfds >= 1 && /* only namespace flags: CLONE_PARENT is ours */
+		   !(req->flags & ~(uint64_t)(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+					      CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWUSER))) {
 		memset(&args, 0, sizeof(args));
 		/* The child of the host, which reaps it and writes its id maps
 		 * (exit_signal must be 0 with CLONE_PARENT: it is the

@@ -17,7 +17,7 @@
 
 struct sbx_tpl_req {
 	uint32_t magic;
-	uint32_t pad;
+	uint32_t nfds;	/* the fds sent along: fewer arrive at the template's fd limit */
 	uint64_t flags; /* the zygote's namespaces (CLONE_NEW*) */
 };
 
@@ -25,7 +25,7 @@ struct sbx_tpl_reply {
 	uint32_t magic;
 	int32_t err_no; /* the clone's errno when pid is 0 */
 	int32_t pid;
-	int32_t pad;
+	int32_t fds_short; /* not all of the request's fds arrived: no clone (err_no) */
 };
 
 #endif
