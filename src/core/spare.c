@@ -16,8 +16,9 @@
  * Never pooled: a pinned work_dir (host-specific), GPUs, a size-capped
  * disk, backends without a zygote (none, bubblewrap: nothing to make ahead).
  *
- * The thread never ends before the process: the zygotes it clones carry
- * PR_SET_PDEATHSIG, which fires when the cloning *thread* ends.
+ * The thread lives as long as the process.  (The zygotes it asks for are
+ * children of libsbx's own sbx-tpl-parent thread, zygote_template.c, so
+ * their parent-death signal does not depend on this thread.)
  */
 #define _GNU_SOURCE
 #include <errno.h>
