@@ -568,15 +568,17 @@ int sbx_userns_write_maps(pid_t pid, uid_t host_uid, gid_t host_gid, uid_t aux, 
 void sbx_userns_explain(int clone_errno, sbx_err *err);
 
 /* ---- open mode (opennet.c) ---- */
-enum { OPENNET_IDLE, OPENNET_NFT, OPENNET_PASTA };
 typedef struct sbx_opennet {
 	pid_t pid; /* the pasta process (and its pidfd), once started */
 	int pidfd;
-	/* While starting (step != OPENNET_IDLE): */
-	int step;
-	pid_t helper;
-	int helper_fd; /* nft (fd: its pidfd), then the readiness watcher (fd: its pipe) */
-	int errfd;     /* nft's, then pasta's output (a memfd) */
+	/* While starting (starting): nft and pasta run at once (the session
+	 * runs nothing before both are done), each with its own log memfd. */
+	bool starting;
+	pid_t nft_pid, watcher;
+	int nft_fd;		 /* nft's pidfd until it has exited and been reaped */
+	int watch_fd;		 /* the readiness watcher's pipe until it has spoken */
+	int wait_fd;		 /* epoll over the two: what callers poll */
+	int nft_log, errfd;	 /* nft's and pasta's output (memfds) */
 	int userns_fd, netns_fd; /* our copies, for nft, pasta and the watcher */
 	const char *nft, *pasta;
 	int64_t deadline; /* monotonic ms: SBX_OPEN_NETWORK_READY_TIMEOUT_MS from begin */
@@ -584,12 +586,13 @@ typedef struct sbx_opennet {
 /* Give the network namespace netns_fd (owned by the user namespace userns_fd, or -1 when the caller is
  * root in the init userns: backend "privileged") a way out: nftables rules inside it that reject the
  * deny CIDRs/addresses (NULL-terminated, e.g. "169.254.169.254", "10.0.0.0/8", "fd00:ec2::254") and every
- * address of the host's own interfaces (getifaddrs, host loopback unreachable anyway), installed
- * BEFORE pasta connects it; then pasta (no inbound port forwarding: -t none -u none -T none -U none;
- * --no-map-gw so the gateway is not the host; runs as the caller's euid; dies with the caller:
- * PR_SET_PDEATHSIG), READY (its interface configured) when sbx_opennet_step returns 0.
+ * address of the host's own interfaces (getifaddrs, host loopback unreachable anyway), and pasta
+ * (no inbound port forwarding: -t none -u none -T none -U none; --no-map-gw so the gateway is not
+ * the host; runs as the caller's euid; dies with the caller: PR_SET_PDEATHSIG), both started at
+ * once: READY (the rules installed AND the interface configured) when sbx_opennet_step returns 0;
+ * the caller runs nothing in the namespace before that.
  * In steps, none of which waits unless asked: sbx_opennet_begin checks the deny list and the tools and
- * starts nft (the fds are copied; 0, or -1 with err); sbx_opennet_wait_fd is readable when
+ * starts nft and pasta (the fds are copied; 0, or -1 with err); sbx_opennet_wait_fd is readable when
  * sbx_opennet_step has something to do (-1 once done); sbx_opennet_step(timeout_ms: 0 not at all, -1
  * until done) -> 0 ready, 1 not yet, -1 with err (pasta stopped).  A deny-list entry that is not an
  * address -> InvalidArgument; missing nft/pasta or a failure -> BackendUnavailable saying what to

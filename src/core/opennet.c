@@ -23,10 +23,15 @@
  * /proc/self/fd/N paths.  pasta runs in the foreground (so its pid is ours
  * to kill and reap) with PR_SET_PDEATHSIG; readiness = the namespace has the
  * default routes (per family) the host has, checked by a child inside it.
- * Nothing here waits unless asked to: sbx_opennet_begin starts nft, and
- * sbx_opennet_step, called when sbx_opennet_wait_fd is readable, goes on
- * from nft's exit to pasta's start and from the watcher's word to done, so
- * an event loop (sbxd) serves others while pasta comes up.
+ * nft and pasta start at once: the open is ready when both are done, and
+ * until then the session runs nothing in the namespace (its only processes
+ * are the zygote and warm runs waiting for a request), so no packet of the
+ * sandbox's can pass before the rules are in; running them in series cost
+ * nft's whole exec and commit (2-5 ms) on every open.  Nothing here waits
+ * unless asked to: sbx_opennet_begin starts both, and sbx_opennet_step,
+ * called when sbx_opennet_wait_fd (an epoll over nft's pidfd and the
+ * watcher's pipe) is readable, takes each one's word, so an event loop
+ * (sbxd) serves others while pasta comes up.
  *
  * What open mode does not do: it does not filter by name (a deny-list entry
  * that is a name, not an address, is skipped here: the lead's policy layer
@@ -51,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -301,12 +307,12 @@ static void read_text(int fd, char *buf, size_t size)
 }
 
 /* Start nft -f - inside the namespaces with the ruleset on stdin, its
- * output into on->errfd; on->helper/helper_fd become nft and its pidfd
+ * output into on->nft_log; on->nft_pid/nft_fd become nft and its pidfd
  * (readable once it has exited: nft_done). */
 static int start_nft(sbx_opennet *on, const char *nft, const struct rules *r, sbx_err *err)
 {
 	int in = memfd_create("sbx-nft-rules", MFD_CLOEXEC);
-	int out = on->errfd, pidfd = -1, rc = -1;
+	int out = on->nft_log, pidfd = -1, rc = -1;
 	pid_t pid;
 
 	if (in < 0) {
@@ -339,8 +345,8 @@ static int start_nft(sbx_opennet *on, const char *nft, const struct rules *r, sb
 		execve(nft, argv, envp);
 		_exit(127);
 	}
-	on->helper = pid;
-	on->helper_fd = pidfd;
+	on->nft_pid = pid;
+	on->nft_fd = pidfd;
 	rc = 0;
 done:
 	if (in >= 0)
@@ -354,14 +360,14 @@ static int nft_done(sbx_opennet *on, sbx_err *err)
 	int status = 0;
 	char msg[512];
 
-	while (waitpid(on->helper, &status, 0) < 0 && errno == EINTR)
+	while (waitpid(on->nft_pid, &status, 0) < 0 && errno == EINTR)
 		;
-	on->helper = 0;
-	close(on->helper_fd);
-	on->helper_fd = -1;
+	on->nft_pid = 0;
+	close(on->nft_fd); /* which takes it out of the epoll set */
+	on->nft_fd = -1;
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
-	read_text(on->errfd, msg, sizeof(msg));
+	read_text(on->nft_log, msg, sizeof(msg));
 	return sbx_err_set(
 		err, SBX_E_BACKEND_UNAVAILABLE, 0,
 		"open network: installing the nftables deny rules failed (%s exit %d): %s "
@@ -562,6 +568,16 @@ static void reap(pid_t pid)
 		;
 }
 
+/* The nft named by SBX_TEST_NFT (tests only: a fake one that waits, or
+ * fails: tests/unit/test_opennet.c), else Debian's. */
+static const char *nft_exe(void)
+{
+	const char *test = getenv("SBX_TEST_NFT");
+	if (test && *test)
+		return access(test, X_OK) == 0 ? test : NULL;
+	return find_exe(nft_paths);
+}
+
 /* The pasta named by SBX_TEST_PASTA (tests only: a fake one that is slow to
  * come up, or never does: tests/spec/server_loop_spec.lua), else Debian's. */
 static const char *pasta_exe(void)
@@ -582,31 +598,23 @@ static const char *pasta_exe(void)
 	return p;
 }
 
-/* nft has installed the rules: start pasta and its readiness watcher. */
-static int start_connect(sbx_opennet *on, sbx_err *err)
+/* Start pasta and its readiness watcher, for the families of the host's
+ * default routes (host_routes: default_routes()). */
+static int start_connect(sbx_opennet *on, int host_routes, sbx_err *err)
 {
-	int host_routes = default_routes(), need = host_routes & 1 ? 1 : host_routes, rfd = -1;
+	int need = host_routes & 1 ? 1 : host_routes, rfd = -1;
 
-	if (!host_routes)
-		return sbx_err_set(
-			err, SBX_E_BACKEND_UNAVAILABLE, 0,
-			"network_mode \"open\": the host has no default route (pasta needs "
-			"one)");
-	/* The log memfd now collects pasta's complaints instead of nft's. */
-	if (ftruncate(on->errfd, 0) < 0)
-		return sbx_err_set(err, SBX_E_EXECUTION, errno, "ftruncate: %s", strerror(errno));
 	on->pid = start_pasta(on->pasta, on->userns_fd, on->netns_fd, on->errfd, &on->pidfd, err);
 	if (on->pid < 0) {
 		on->pid = 0;
 		return -1;
 	}
-	on->helper = start_watcher(on, need, host_routes & ~need, &rfd, err);
-	if (on->helper < 0) {
-		on->helper = 0;
+	on->watcher = start_watcher(on, need, host_routes & ~need, &rfd, err);
+	if (on->watcher < 0) {
+		on->watcher = 0;
 		return -1;
 	}
-	on->helper_fd = rfd;
-	on->step = OPENNET_PASTA;
+	on->watch_fd = rfd;
 	return 0;
 }
 
@@ -619,7 +627,14 @@ static int pasta_done(sbx_opennet *on, sbx_err *err)
 	char c, msg[512];
 	const char *why;
 
-	if (read(on->helper_fd, &c, 1) == 1)
+	ssize_t n = read(on->watch_fd, &c, 1);
+
+	/* The watcher has spoken (or ended): done with it either way. */
+	reap(on->watcher);
+	on->watcher = 0;
+	close(on->watch_fd);
+	on->watch_fd = -1;
+	if (n == 1)
 		return 0;
 	why = poll(&p, 1, 0) > 0
 		      ? "pasta exited"
@@ -629,43 +644,67 @@ static int pasta_done(sbx_opennet *on, sbx_err *err)
 			   msg[0] ? msg : "no output");
 }
 
-/* Free what only the start needs: the helper (nft or the watcher), the
- * log, our copies of the namespaces. */
+/* Free what only the start needs: nft and the watcher (killed if still
+ * there), the logs, the epoll, our copies of the namespaces. */
 static void end_start(sbx_opennet *on)
 {
-	if (on->step == OPENNET_IDLE)
+	if (!on->starting)
 		return;
-	if (on->helper > 0) {
-		kill(on->helper, SIGKILL);
-		reap(on->helper);
+	pid_t *kids[] = {&on->nft_pid, &on->watcher};
+	for (size_t i = 0; i < sizeof(kids) / sizeof(kids[0]); i++) {
+		if (*kids[i] > 0) {
+			kill(*kids[i], SIGKILL);
+			reap(*kids[i]);
+		}
+		*kids[i] = 0;
 	}
-	on->helper = 0;
-	int *fds[] = {&on->helper_fd, &on->errfd, &on->userns_fd, &on->netns_fd};
+	int *fds[] = {&on->nft_fd, &on->watch_fd,  &on->wait_fd, &on->nft_log,
+		      &on->errfd,  &on->userns_fd, &on->netns_fd};
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
 		if (*fds[i] >= 0)
 			close(*fds[i]);
 		*fds[i] = -1;
 	}
-	on->step = OPENNET_IDLE;
+	on->starting = false;
 }
 
 void sbx_opennet_init(sbx_opennet *on)
 {
 	memset(on, 0, sizeof(*on));
-	on->pidfd = on->helper_fd = on->errfd = on->userns_fd = on->netns_fd = -1;
+	on->pidfd = on->nft_fd = on->watch_fd = on->wait_fd = -1;
+	on->nft_log = on->errfd = on->userns_fd = on->netns_fd = -1;
+}
+
+/* The epoll callers wait on: readable when nft has exited or the watcher
+ * has spoken. */
+static int watch_both(sbx_opennet *on, sbx_err *err)
+{
+	int fds[] = {on->nft_fd, on->watch_fd};
+
+	on->wait_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (on->wait_fd < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "epoll_create1: %s",
+				   strerror(errno));
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+		struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+		if (epoll_ctl(on->wait_fd, EPOLL_CTL_ADD, fds[i], &ev) < 0)
+			return sbx_err_set(err, SBX_E_EXECUTION, errno, "epoll_ctl: %s",
+					   strerror(errno));
+	}
+	return 0;
 }
 
 int sbx_opennet_begin(sbx_opennet *on, int userns_fd, int netns_fd, const char *const *deny,
 		      sbx_err *err)
 {
 	struct rules r = {0};
-	int rc = -1;
+	int rc = -1, host_routes;
 
 	sbx_opennet_init(on);
 	if (netns_fd < 0)
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "open network: no network namespace");
-	on->step = OPENNET_NFT;
+	on->starting = true;
 
 	/* 1. The ruleset: a malformed deny-list fails first, whatever the machine. */
 	r.buf = malloc(OPENNET_RULES_MAX);
@@ -675,7 +714,7 @@ int sbx_opennet_begin(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 		goto done;
 
 	/* 2. The tools, or a message saying what to install. */
-	on->nft = find_exe(nft_paths);
+	on->nft = nft_exe();
 	on->pasta = pasta_exe();
 	if (!on->nft || !on->pasta) {
 		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
@@ -694,46 +733,65 @@ int sbx_opennet_begin(sbx_opennet *on, int userns_fd, int netns_fd, const char *
 			    (unsigned)geteuid(), strerror(e));
 		goto done;
 	}
+	host_routes = default_routes();
+	if (!host_routes) {
+		sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+			    "network_mode \"open\": the host has no default route (pasta needs "
+			    "one)");
+		goto done;
+	}
+	on->nft_log = memfd_create("sbx-nft-log", MFD_CLOEXEC);
 	on->errfd = memfd_create("sbx-opennet-log", MFD_CLOEXEC);
 	on->netns_fd = fcntl(netns_fd, F_DUPFD_CLOEXEC, 3);
 	on->userns_fd = userns_fd >= 0 ? fcntl(userns_fd, F_DUPFD_CLOEXEC, 3) : -1;
-	if (on->errfd < 0 || on->netns_fd < 0 || (userns_fd >= 0 && on->userns_fd < 0)) {
+	if (on->nft_log < 0 || on->errfd < 0 || on->netns_fd < 0 ||
+	    (userns_fd >= 0 && on->userns_fd < 0)) {
 		sbx_err_set(err, SBX_E_EXECUTION, errno, "open network: %s", strerror(errno));
 		goto done;
 	}
-	/* 3. The deny rules, installed before the namespace has any way out
-	 * (pasta starts once nft has exited: sbx_opennet_step). */
+	/* 3. The deny rules and pasta at once (see the top of the file). */
 	on->deadline = now_ms() + SBX_OPEN_NETWORK_READY_TIMEOUT_MS;
-	if (start_nft(on, on->nft, &r, err) < 0)
+	if (start_nft(on, on->nft, &r, err) < 0 || start_connect(on, host_routes, err) < 0 ||
+	    watch_both(on, err) < 0)
 		goto done;
 	rc = 0;
 done:
 	free(r.buf);
 	if (rc < 0)
-		end_start(on);
+		sbx_opennet_stop(on);
 	return rc;
 }
 
 int sbx_opennet_wait_fd(const sbx_opennet *on)
 {
-	return on->step != OPENNET_IDLE ? on->helper_fd : -1;
+	return on->starting ? on->wait_fd : -1;
 }
 
 int sbx_opennet_step(sbx_opennet *on, int timeout_ms, sbx_err *err)
 {
-	while (on->step != OPENNET_IDLE) {
-		struct pollfd p = {.fd = on->helper_fd, .events = POLLIN};
+	while (on->starting) {
+		struct pollfd p[2];
+		nfds_t np = 0;
 		int64_t left = on->deadline - now_ms();
 		int n;
 
+		if (on->nft_fd >= 0)
+			p[np++] = (struct pollfd){.fd = on->nft_fd, .events = POLLIN};
+		if (on->watch_fd >= 0)
+			p[np++] = (struct pollfd){.fd = on->watch_fd, .events = POLLIN};
+		if (np == 0) {
+			/* The rules are in and pasta has configured the namespace. */
+			end_start(on);
+			break;
+		}
 		if (left <= 0) {
 			sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, ETIMEDOUT,
 				    "network_mode \"open\": %s did not finish within %d ms",
-				    on->step == OPENNET_NFT ? "nft" : "pasta",
+				    on->nft_fd >= 0 ? "nft" : "pasta",
 				    SBX_OPEN_NETWORK_READY_TIMEOUT_MS);
 			goto fail;
 		}
-		n = poll(&p, 1, timeout_ms < 0 || timeout_ms > left ? (int)left : timeout_ms);
+		n = poll(p, np, timeout_ms < 0 || timeout_ms > left ? (int)left : timeout_ms);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
@@ -742,17 +800,12 @@ int sbx_opennet_step(sbx_opennet *on, int timeout_ms, sbx_err *err)
 		}
 		if (n == 0 && timeout_ms >= 0 && now_ms() < on->deadline)
 			return 1;
-		if (n == 0)
-			continue;
-		if (on->step == OPENNET_NFT) {
-			/* The rules are in: now pasta, and wait for its watcher. */
-			if (nft_done(on, err) < 0 || start_connect(on, err) < 0)
+		for (nfds_t i = 0; i < np; i++) {
+			if (!p[i].revents)
+				continue;
+			if (p[i].fd == on->nft_fd ? nft_done(on, err) < 0 : pasta_done(on, err) < 0)
 				goto fail;
-			continue;
 		}
-		if (pasta_done(on, err) < 0)
-			goto fail;
-		end_start(on);
 	}
 	return 0;
 fail:

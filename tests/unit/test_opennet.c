@@ -785,6 +785,178 @@ static void test_no_default_route(void **state)
 	sandbox_close(&sb);
 }
 
+/* ---- nft and pasta at once ---- */
+
+/* Create path (mode 0755) holding s. */
+static int create_exe(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, s, strlen(s));
+	close(fd);
+	return n == (ssize_t)strlen(s) && chmod(path, 0755) == 0 ? 0 : -1;
+}
+
+/* A fake nft (SBX_TEST_NFT) that waits until the test writes a line to a
+ * FIFO, then runs `then` (a shell command line; "$@" are nft's arguments),
+ * so a test decides when the rules go in: no sleeps, nothing to race. */
+struct slow_nft {
+	char dir[64], fifo[96], exe[96];
+};
+
+static void slow_nft_make(struct slow_nft *n, const char *then)
+{
+	char script[512];
+
+	snprintf(n->dir, sizeof(n->dir), "/tmp/sbx-test-nft.XXXXXX");
+	assert_non_null(mkdtemp(n->dir));
+	assert_int_equal(chmod(n->dir, 0755), 0);
+	snprintf(n->fifo, sizeof(n->fifo), "%s/go", n->dir);
+	snprintf(n->exe, sizeof(n->exe), "%s/nft", n->dir);
+	assert_int_equal(mkfifo(n->fifo, 0666), 0);
+	assert_int_equal(chmod(n->fifo, 0666), 0);
+	snprintf(script, sizeof(script), "#!/bin/sh\nread line < %s\n%s\n", n->fifo, then);
+	assert_int_equal(create_exe(n->exe, script), 0);
+	assert_int_equal(setenv("SBX_TEST_NFT", n->exe, 1), 0);
+}
+
+/* Let the fake nft go on (it is blocked opening the FIFO for reading). */
+static void slow_nft_release(struct slow_nft *n)
+{
+	int fd = open(n->fifo, O_WRONLY | O_CLOEXEC);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, "go\n", 3), 3);
+	close(fd);
+}
+
+static void slow_nft_remove(struct slow_nft *n)
+{
+	unsetenv("SBX_TEST_NFT");
+	unlink(n->fifo);
+	unlink(n->exe);
+	rmdir(n->dir);
+}
+
+/* Step without waiting until pasta's watcher has spoken (bounded: 10 s). */
+static void wait_for_pasta(sbx_opennet *on)
+{
+	sbx_err err;
+	for (int i = 0; i < 1000 && on->watch_fd >= 0; i++) {
+		memset(&err, 0, sizeof(err));
+		assert_int_equal(sbx_opennet_step(on, 10, &err), 1);
+	}
+	assert_int_equal(on->watch_fd, -1);
+}
+
+/* pasta comes up while nft is still installing the rules, and the open is
+ * not ready until the rules are in: then they hold (the host's other
+ * address is refused; the control, the rules deleted, reaches it). */
+static void test_ready_waits_for_rules(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_NETNS();
+	struct slow_nft n;
+	struct sandbox sb;
+	sbx_opennet on;
+	sbx_err err;
+	const struct target web = {"198.51.100.2", 80, "hello from 198.51.100.2:80"};
+	const struct target host_other = {"198.51.100.77", g_any_port, NULL};
+
+	slow_nft_make(&n, "exec /usr/sbin/nft \"$@\"");
+	sandbox_open(&sb, true);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(sbx_opennet_begin(&on, sb.userns, sb.netns, g_deny, &err), 0);
+	/* Both started: pasta while nft still waits. */
+	assert_true(on.pid > 0);
+	assert_true(on.nft_fd >= 0);
+	wait_for_pasta(&on);
+	/* pasta is ready, nft is not: not ready, and still not after a wait. */
+	assert_true(on.nft_fd >= 0);
+	assert_int_equal(sbx_opennet_step(&on, 50, &err), 1);
+	assert_true(sbx_opennet_wait_fd(&on) >= 0);
+	slow_nft_release(&n);
+	assert_int_equal(sbx_opennet_step(&on, -1, &err), 0);
+	assert_int_equal(sbx_opennet_wait_fd(&on), -1);
+	assert_int_equal(in_sandbox_ok(&sb, try_http, &web), 0);
+	assert_int_equal(in_sandbox(&sb, try_tcp, &host_other), 1);
+	assert_int_equal(in_sandbox(&sb, drop_rules, NULL), 0);
+	assert_int_equal(in_sandbox_ok(&sb, try_tcp, &host_other), 0);
+	sbx_opennet_stop(&on);
+	sandbox_close(&sb);
+	slow_nft_remove(&n);
+}
+
+/* nft fails after pasta has come up: the open fails naming nft and its
+ * output, and pasta, the watcher and every fd are gone. */
+static void test_nft_fails_after_pasta(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_NETNS();
+	struct slow_nft n;
+	struct sandbox sb;
+	sbx_opennet on;
+	sbx_err err;
+
+	slow_nft_make(&n, "echo 'fake nft: no such table' >&2; exit 1");
+	sandbox_open(&sb, true);
+	int fds_before = fd_count();
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(sbx_opennet_begin(&on, sb.userns, sb.netns, g_deny, &err), 0);
+	pid_t pasta = on.pid;
+	assert_true(pasta > 0);
+	wait_for_pasta(&on);
+	slow_nft_release(&n);
+	assert_int_equal(sbx_opennet_step(&on, -1, &err), -1);
+	assert_int_equal(err.kind, SBX_E_BACKEND_UNAVAILABLE);
+	assert_non_null(strstr(err.msg, "nftables deny rules failed"));
+	assert_non_null(strstr(err.msg, "fake nft: no such table"));
+	assert_int_equal(on.pid, 0);
+	assert_true(pid_gone(pasta));
+	assert_int_equal(sbx_opennet_wait_fd(&on), -1);
+	assert_int_equal(fd_count(), fds_before);
+	sandbox_close(&sb);
+	slow_nft_remove(&n);
+}
+
+/* pasta fails while nft is still running: the open fails naming pasta,
+ * and nft is killed, not waited for. */
+static void test_pasta_fails_before_nft(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_NETNS();
+	struct slow_nft n;
+	struct sandbox sb;
+	sbx_opennet on;
+	sbx_err err;
+	char fake_pasta[128];
+
+	slow_nft_make(&n, "exit 0");
+	snprintf(fake_pasta, sizeof(fake_pasta), "%s/pasta", n.dir);
+	assert_int_equal(
+		create_exe(fake_pasta, "#!/bin/sh\necho 'fake pasta: no tap' >&2\nexit 1\n"), 0);
+	assert_int_equal(setenv("SBX_TEST_PASTA", fake_pasta, 1), 0);
+	sandbox_open(&sb, true);
+	int fds_before = fd_count();
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(sbx_opennet_begin(&on, sb.userns, sb.netns, g_deny, &err), 0);
+	pid_t nft = on.nft_pid;
+	assert_true(nft > 0);
+	assert_int_equal(sbx_opennet_step(&on, -1, &err), -1);
+	assert_int_equal(err.kind, SBX_E_BACKEND_UNAVAILABLE);
+	assert_non_null(strstr(err.msg, "pasta exited"));
+	assert_non_null(strstr(err.msg, "fake pasta: no tap"));
+	assert_true(pid_gone(nft));
+	assert_int_equal(kill(nft, 0), -1);
+	assert_int_equal(fd_count(), fds_before);
+	unsetenv("SBX_TEST_PASTA");
+	unlink(fake_pasta);
+	sandbox_close(&sb);
+	slow_nft_remove(&n);
+}
+
 /* A malformed deny entry fails closed before anything starts. */
 static void test_bad_deny(void **state)
 {
@@ -822,6 +994,9 @@ int main(void)
 		cmocka_unit_test_setup(test_dies_with_caller, reset_map),
 		cmocka_unit_test_setup(test_open_rootless, reset_map),
 		cmocka_unit_test_setup(test_no_default_route, reset_map),
+		cmocka_unit_test_setup(test_ready_waits_for_rules, reset_map),
+		cmocka_unit_test_setup(test_nft_fails_after_pasta, reset_map),
+		cmocka_unit_test_setup(test_pasta_fails_before_nft, reset_map),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
