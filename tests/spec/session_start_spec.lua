@@ -15,15 +15,22 @@ end
 
 local core = require "sbx.core"
 
--- The processes that are children of this one (zygotes, proxies).
+-- The processes that are children of this one (zygotes, proxies), of any
+-- of its threads: a zygote is the child of the thread that started the
+-- zygote template (zygote_template.c), not of the main thread.
 local function children()
+  local out = {}
   local f = assert(io.open("/proc/self/stat"))
   local self = f:read("*l"):match("^(%d+)")
   f:close()
-  local out = {}
-  f = io.open(("/proc/self/task/%s/children"):format(self))
-  for pid in (f and f:read("*a") or ""):gmatch("%d+") do out[#out + 1] = tonumber(pid) end
-  if f then f:close() end
+  local ls = assert(io.popen(("ls /proc/%s/task"):format(self)))
+  local tasks = ls:read("*a")
+  ls:close()
+  for task in tasks:gmatch("%d+") do
+    f = io.open(("/proc/%s/task/%s/children"):format(self, task))
+    for pid in (f and f:read("*a") or ""):gmatch("%d+") do out[#out + 1] = tonumber(pid) end
+    if f then f:close() end
+  end
   return out
 end
 
