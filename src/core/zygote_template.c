@@ -97,6 +97,18 @@ static __attribute__((noreturn)) void template_child(int image_fd, int sock, pid
 	/* Nor the host's umask: the root's dirs are made with it (077 made
 	 * /etc's unreadable to the workload), and a run starts with it. */
 	umask(022);
+	/* Nor the host's OOM score: sbxd sets its own to -1000, and a zygote
+	 * of a session without a memory ceiling passed it on to every run, a
+	 * sandbox the OOM killer would spare while it took other tenants'.
+	 * 0, which, written with CAP_SYS_RESOURCE, is also the new floor an
+	 * unprivileged process may lower itself back to (kernel:
+	 * oom_score_adj_min); sessions with a ceiling get theirs from the
+	 * host (backend_zygote.c, zygote.c). */
+	int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (oom >= 0) {
+		(void)!write(oom, "0", 1);
+		close(oom);
+	}
 	/* No terminal (Ctrl-C to the host's group must not reach it). */
 	setsid();
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);

@@ -128,7 +128,8 @@ s:close()
     H.sh("kill -KILL " .. t)
     assert.is_true(eventually(function() return c.output():find("NEXT", 1, true) ~= nil end, 60), c.output())
     local out = c.output()
-    assert.truthy(out:find("FAILED BackendUnavailable: the zygote template ended while starting the sandbox", 1, true), out)
+    local want = "FAILED BackendUnavailable: the zygote template ended while starting the sandbox"
+    assert.truthy(out:find(want, 1, true), out)
     assert.truthy(out:find("NEXT ok", 1, true), out)
     c.kill()
     H.rmtree(c.dir)
@@ -144,7 +145,8 @@ s:close()
     -- (Before: this open waited forever.)
     assert.is_false(ok)
     assert.are.equal("BackendUnavailable", H.errkind(err))
-    assert.truthy(tostring(err.message or err):find("zygote template did not answer", 1, true), tostring(err.message or err))
+    local msg = tostring(err.message or err)
+    assert.truthy(msg:find("zygote template did not answer", 1, true), msg)
     -- It was killed (no stopped one is left behind) and replaced.
     assert.is_true(eventually(function() return not alive(t[1]) end))
     local s = sbx.session { backend = "userns" }
@@ -210,6 +212,45 @@ print("host " .. string.format("%04o", ffi.C.umask(tonumber("077", 8))))
     assert.truthy(out:find("userns 0 0022 sandbox ", 1, true), out)
     assert.truthy(out:find("privileged 0 0022 sandbox ", 1, true), out)
     assert.truthy(out:find("host 0077", 1, true), out)
+  end)
+
+  -- sbxd sets its own OOM score to -1000 (CAP_SYS_RESOURCE): runs of a
+  -- session without a memory ceiling inherited it, so the OOM killer
+  -- spared them and took other tenants' runs.  The host's score must not
+  -- reach a run: here a raised one (no privilege needed), and -1000 where
+  -- this process may set it.
+  it("gives runs without a memory ceiling OOM score 0 whatever the host's", function()
+    local out, rc = H.run_child([[
+local sbx = require "sbx"
+local function set(v)
+  local f = io.open("/proc/self/oom_score_adj", "w")
+  local ok = f and f:write(v) and f:close()
+  return ok and true or false
+end
+local function get()
+  local f = assert(io.open("/proc/self/oom_score_adj"))
+  local v = f:read("*l")
+  f:close()
+  return v
+end
+local low = set("-1000")
+if not low then assert(set("700")) end
+-- Control: the host's own score is what the runs used to inherit.
+print("host " .. get())
+for _, b in ipairs { "userns", "privileged" } do
+  local s = sbx.session { backend = b }
+  local r = s:exec("cat /proc/self/oom_score_adj; echo -500 > /proc/self/oom_score_adj && echo lowered")
+  print(b .. " " .. r.stdout:gsub("\n", " "))
+  s:close()
+end
+]], 120)
+    assert.are.equal(0, rc, out)
+    assert.truthy(out:match("host %-1000") or out:match("host 700"), out)
+    for _, b in ipairs { "userns", "privileged" } do
+      -- 0, and not allowed below it (the floor is not the host's).
+      assert.truthy(out:find(b .. " 0 ", 1, true), out)
+      assert.falsy(out:find(b .. " 0 lowered", 1, true), out)
+    end
   end)
 
   for _, backend in ipairs { "userns", "privileged" } do
