@@ -354,6 +354,19 @@ done:
 	return rc;
 }
 
+/* Done waiting for fd: out of the epoll set, then closed.  Closing alone
+ * is not enough: the set drops an fd only when every copy of its open file
+ * is closed, and our forked children (the watcher, another session's nft)
+ * hold copies, so nft's pidfd, readable for good once nft exited, kept the
+ * set readable and an event loop polling it spun (server_loop_spec). */
+static void unwatch(sbx_opennet *on, int *fd)
+{
+	if (on->wait_fd >= 0)
+		(void)epoll_ctl(on->wait_fd, EPOLL_CTL_DEL, *fd, NULL);
+	close(*fd);
+	*fd = -1;
+}
+
 /* nft has exited (its pidfd is readable): reap it, 0 when it installed the rules. */
 static int nft_done(sbx_opennet *on, sbx_err *err)
 {
@@ -363,8 +376,7 @@ static int nft_done(sbx_opennet *on, sbx_err *err)
 	while (waitpid(on->nft_pid, &status, 0) < 0 && errno == EINTR)
 		;
 	on->nft_pid = 0;
-	close(on->nft_fd); /* which takes it out of the epoll set */
-	on->nft_fd = -1;
+	unwatch(on, &on->nft_fd);
 	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
 		return 0;
 	read_text(on->nft_log, msg, sizeof(msg));
@@ -632,8 +644,7 @@ static int pasta_done(sbx_opennet *on, sbx_err *err)
 	/* The watcher has spoken (or ended): done with it either way. */
 	reap(on->watcher);
 	on->watcher = 0;
-	close(on->watch_fd);
-	on->watch_fd = -1;
+	unwatch(on, &on->watch_fd);
 	if (n == 1)
 		return 0;
 	why = poll(&p, 1, 0) > 0

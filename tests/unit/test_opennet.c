@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -889,6 +890,48 @@ static void test_ready_waits_for_rules(void **state)
 	slow_nft_remove(&n);
 }
 
+/* nft done, pasta still coming up: the wait fd is quiet until pasta has
+ * something to say.  (nft's pidfd is readable for good once nft has
+ * exited, and the watcher, forked after it, holds a copy: an epoll that
+ * only closed it kept it, and an event loop polling the wait fd spun.) */
+static void test_wait_fd_quiet_after_nft(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT_NETNS();
+	struct slow_nft n; /* (its FIFO and dir, for a held pasta) */
+	struct sandbox sb;
+	sbx_opennet on;
+	sbx_err err;
+	char pasta[128], script[256];
+
+	slow_nft_make(&n, "exec /usr/sbin/nft \"$@\"");
+	unsetenv("SBX_TEST_NFT"); /* the real nft; the FIFO holds pasta */
+	snprintf(pasta, sizeof(pasta), "%s/pasta", n.dir);
+	snprintf(script, sizeof(script), "#!/bin/sh\nread line < %s\nexec /usr/bin/pasta \"$@\"\n",
+		 n.fifo);
+	assert_int_equal(create_exe(pasta, script), 0);
+	assert_int_equal(setenv("SBX_TEST_PASTA", pasta, 1), 0);
+	sandbox_open(&sb, true);
+	memset(&err, 0, sizeof(err));
+	assert_int_equal(sbx_opennet_begin(&on, sb.userns, sb.netns, g_deny, &err), 0);
+	/* Until nft is done (bounded: 10 s). */
+	for (int i = 0; i < 1000 && on.nft_fd >= 0; i++)
+		assert_int_equal(sbx_opennet_step(&on, 10, &err), 1);
+	assert_int_equal(on.nft_fd, -1);
+	/* Control: the watcher is still waiting for the held pasta. */
+	assert_true(on.watch_fd >= 0);
+	struct pollfd p = {.fd = sbx_opennet_wait_fd(&on), .events = POLLIN};
+	assert_true(p.fd >= 0);
+	assert_int_equal(poll(&p, 1, 0), 0);
+	slow_nft_release(&n);
+	assert_int_equal(sbx_opennet_step(&on, -1, &err), 0);
+	sbx_opennet_stop(&on);
+	unsetenv("SBX_TEST_PASTA");
+	unlink(pasta);
+	sandbox_close(&sb);
+	slow_nft_remove(&n);
+}
+
 /* nft fails after pasta has come up: the open fails naming nft and its
  * output, and pasta, the watcher and every fd are gone. */
 static void test_nft_fails_after_pasta(void **state)
@@ -996,6 +1039,7 @@ int main(void)
 		cmocka_unit_test_setup(test_no_default_route, reset_map),
 		cmocka_unit_test_setup(test_ready_waits_for_rules, reset_map),
 		cmocka_unit_test_setup(test_nft_fails_after_pasta, reset_map),
+		cmocka_unit_test_setup(test_wait_fd_quiet_after_nft, reset_map),
 		cmocka_unit_test_setup(test_pasta_fails_before_nft, reset_map),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
