@@ -100,9 +100,13 @@ static void fill_spawn(struct sbx_zygote_spawn *sp, const sbx_session_opts *o, c
 	cfg->fsize = o->fsize_bytes;
 	sp->fs = &s->fs;
 	sp->hostname = o->hostname ? o->hostname : "sandbox";
-	/* Tests only: tests/spec/server_loop_spec.lua (zygote_setup.c). */
+	/* Tests only: tests/spec/server_loop_spec.lua, session_start_spec.lua
+	 * (zygote_setup.c): hold the setup at its start, or just before the
+	 * root is built (after open mode's early network). */
 	const char *hold = getenv("SBX_TEST_HOLD_OPEN_FIFO");
-	sp->hold_fifo = hold && *hold ? hold : NULL;
+	const char *hold_root = getenv("SBX_TEST_HOLD_ROOT_FIFO");
+	sp->hold_root = !(hold && *hold) && hold_root && *hold_root;
+	sp->hold_fifo = sp->hold_root ? hold_root : hold && *hold ? hold : NULL;
 	/* With inside root mapped (host side root: userns.c) the zygote, and
 	 * so every sbx-init, is root inside: another user than the workload,
 	 * which then cannot signal, ptrace or prlimit it.  Otherwise there is
@@ -116,7 +120,8 @@ static void fill_spawn(struct sbx_zygote_spawn *sp, const sbx_session_opts *o, c
 
 /* The ready message, waiting up to timeout_ms for it; *open_ns receives
  * the open namespace's fd (or -1).  Returns 0, 1 when it has not come yet,
- * or -1 with err. */
+ * 2 when what came is open mode's early message (*open_ns set; the ready
+ * follows), or -1 with err. */
 int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_err *err)
 {
 	struct sbx_proto_ready ready;
@@ -146,7 +151,7 @@ int sbx_zygote_backend_ready(sbx_session *s, int timeout_ms, int *open_ns, sbx_e
 		return sbx_err_set(err, (sbx_err_kind)ready.kind, ready.err_no, "backend %s: %s",
 				   s->backend, ready.msg);
 	}
-	return 0;
+	return (ready.fds & SBX_READY_EARLY) ? 2 : 0;
 }
 
 /*

@@ -80,7 +80,10 @@ struct sbx_proto_expire {
 	uint32_t pad;
 };
 
-/* Zygote -> host, once, when the session's root is built (or why not). */
+/* Zygote -> host, once, when the session's root is built (or why not).
+ * Open mode: once before that too, as soon as the open namespace exists,
+ * with SBX_READY_EARLY and only that namespace (the host connects it while
+ * the root is built). */
 struct sbx_proto_ready {
 	uint32_t magic;
 	int32_t err_no;
@@ -88,6 +91,7 @@ struct sbx_proto_ready {
 	uint32_t fds;	      /* SCM_RIGHTS it carries, in this order: */
 #define SBX_READY_LISTENER 1u /* the allowlist namespace's proxy listener */
 #define SBX_READY_OPEN_NS 2u  /* the open mode's network namespace */
+#define SBX_READY_EARLY 4u    /* not the ready message: the open namespace, early */
 	char msg[520];
 };
 
@@ -632,6 +636,7 @@ struct sbx_zygote_spawn {
 	const sbx_rootfs *fs;	   /* the root to build */
 	const char *hostname;
 	const char *hold_fifo;	/* tests only (SBX_TEST_HOLD_OPEN_FIFO), or NULL */
+	bool hold_root;		/* ... held before the root, not at the start */
 	int sync_fd;		/* read: one byte once the id maps are written */
 	int procs[SBX_CG_NCTL]; /* cgroup.procs files to join, or -1 */
 	uid_t zid;		/* userns: the zygote's own uid and gid inside */

@@ -785,42 +785,69 @@ fail:
 	return NULL;
 }
 
-/* Between the zygote's ready message and the end of the start, the open
- * network is coming up (opennet.c): that is what finish waits for then. */
+/* The open network is coming up (opennet.c): from the zygote's early
+ * message (open mode) until nft and pasta are both done. */
 static bool connecting(const sbx_session *s)
 {
 	return sbx_opennet_wait_fd(&s->open) >= 0;
 }
 
+/* Until the zygote is ready, its ready message is what to wait for (the
+ * open network, started earlier, needs nothing of ours meanwhile); then
+ * the open network, if it is still coming up. */
 int sbx_session_ready_fd(const sbx_session *s)
 {
 	if (!s->pending)
 		return -1;
+	if (!s->zygote_ready)
+		return s->ctl_fd;
 	return connecting(s) ? sbx_opennet_wait_fd(&s->open) : s->ctl_fd;
 }
 
-/* The zygote is ready: take what it handed over, and start connecting an
- * open network.  On failure the session stays pending (unusable). */
-static int finish_zygote(sbx_session *s, int timeout_ms, sbx_err *err)
+/* Open mode's early message: start connecting the open namespace while
+ * the zygote builds the root. */
+static int early_open(sbx_session *s, int open_ns, sbx_err *err)
 {
-	int open_ns = -1, rc = sbx_zygote_backend_ready(s, timeout_ms, &open_ns, err);
-
-	if (rc != 0)
-		return rc;
-	/* Each warm init goes into its run cgroup as it is offered. */
-	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
-		rc = -1;
-	else if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
-		 (s->net >= SBX_NET_OPEN && open_ns < 0))
+	int rc = 0;
+	if (s->net < SBX_NET_OPEN || connecting(s) || s->open_begun)
 		rc = sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
-				 "the sandbox did not hand over its %s network",
-				 sbx_net_name(s->net));
-	else if (open_ns >= 0 &&
-		 connect_open(s, open_ns, (const char *const *)s->open_deny, err) < 0)
+				 "the sandbox handed over an open network out of turn");
+	else if (open_ns < 0)
+		rc = sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				 "the sandbox did not hand over its open network");
+	else if (connect_open(s, open_ns, (const char *const *)s->open_deny, err) < 0)
 		rc = -1;
+	s->open_begun = true;
 	if (open_ns >= 0)
 		close(open_ns);
 	return rc;
+}
+
+/* The zygote is ready: take what it handed over.  On failure the session
+ * stays pending (unusable). */
+static int finish_zygote(sbx_session *s, int timeout_ms, sbx_err *err)
+{
+	int open_ns = -1, rc;
+
+	while ((rc = sbx_zygote_backend_ready(s, timeout_ms, &open_ns, err)) == 2) {
+		if (early_open(s, open_ns, err) < 0)
+			return -1;
+		open_ns = -1;
+	}
+	if (rc != 0)
+		return rc;
+	if (open_ns >= 0)
+		close(open_ns); /* (only the early message carries it) */
+	/* Each warm init goes into its run cgroup as it is offered. */
+	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
+		return -1;
+	if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
+	    (s->net >= SBX_NET_OPEN && !s->open_begun))
+		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
+				   "the sandbox did not hand over its %s network",
+				   sbx_net_name(s->net));
+	s->zygote_ready = true;
+	return 0;
 }
 
 int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
@@ -829,7 +856,7 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err)
 
 	if (!s->pending)
 		return 0;
-	if (!connecting(s) && (rc = finish_zygote(s, timeout_ms, err)) != 0)
+	if (!s->zygote_ready && (rc = finish_zygote(s, timeout_ms, err)) != 0)
 		return rc;
 	if (connecting(s) && (rc = sbx_opennet_step(&s->open, timeout_ms, err)) != 0)
 		return rc;

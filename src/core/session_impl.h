@@ -94,8 +94,9 @@ struct sbx_session {
 	uint64_t expire_at_ms;
 	uint32_t expire_grace_ms;
 	/* Between sbx_session_start and sbx_session_finish: the zygote is
-	 * setting up; finish reads its ready message on ctl_fd. */
-	bool pending;
+	 * setting up; finish reads its ready message on ctl_fd (zygote_ready
+	 * once it has), and for open mode waits for the network too. */
+	bool pending, zygote_ready, open_begun;
 	char **open_deny; /* open: the caller's deny list, copied for finish */
 };
 

@@ -165,3 +165,80 @@ describe("a session open that fails half-way", function()
     end)
   end
 end)
+
+-- network_mode "open": the zygote hands its open network namespace over as
+-- soon as it exists, and nft and pasta come up while it builds the root;
+-- the session is ready only when the root and the network both are.  The
+-- zygote is held just before its root (SBX_TEST_HOLD_ROOT_FIFO) and a fake
+-- pasta (SBX_TEST_PASTA) says it started, then becomes Debian's: pasta
+-- starts while the zygote is held (before: only after its ready message,
+-- so never while held), and the open stays pending until the hold ends.
+local tun_ok = os.execute("test -r /usr/bin/pasta && test -w /dev/net/tun")
+local pasta_here = tun_ok == 0 or tun_ok == true
+local describe_open = pasta_here and describe
+  or function(name) pending(name .. " (needs pasta and /dev/net/tun)") end
+
+describe_open("an open-mode session's network", function()
+  local ffi = require "ffi"
+  pcall(ffi.cdef, "int setenv(const char *name, const char *value, int overwrite);")
+  pcall(ffi.cdef, "int unsetenv(const char *name);")
+
+  local function exists(path)
+    local f = io.open(path)
+    if f then f:close() end
+    return f ~= nil
+  end
+
+  it("comes up while the zygote builds its root", function()
+    local p = assert(io.popen("mktemp -d /tmp/sbx-early-net.XXXXXX"))
+    local dir = p:read("*l")
+    p:close()
+    local hold, started, pasta = dir .. "/hold", dir .. "/started", dir .. "/pasta"
+    assert(os.execute(("chmod 0755 %s && mkfifo -m 0666 %s"):format(dir, hold)))
+    local f = assert(io.open(pasta, "w"))
+    f:write(("#!/bin/sh\ntouch %s\nexec /usr/bin/pasta \"$@\"\n"):format(started))
+    f:close()
+    assert(os.execute("chmod 0755 " .. pasta))
+    ffi.C.setenv("SBX_TEST_HOLD_ROOT_FIFO", hold, 1)
+    ffi.C.setenv("SBX_TEST_PASTA", pasta, 1)
+    local cs, kind, msg
+    finally(function()
+      ffi.C.unsetenv("SBX_TEST_HOLD_ROOT_FIFO")
+      ffi.C.unsetenv("SBX_TEST_PASTA")
+      if cs then cs:close() end
+      os.execute("rm -rf " .. dir)
+    end)
+    cs, kind, msg = core.session_start { backend = "userns", network_mode = "open",
+      system_ro = { "/usr", "/bin", "/lib", "/lib64" } }
+    assert.is_truthy(cs, tostring(kind) .. ": " .. tostring(msg))
+    -- While the zygote is held before its root: pasta starts.
+    for _ = 1, 500 do
+      local done, _, why = cs:finish()
+      assert.is_false(done, tostring(why))
+      if exists(started) then break end
+      os.execute("sleep 0.02")
+    end
+    assert.is_true(exists(started), "pasta did not start while the root was being built")
+    -- Still not ready: the root is not built.
+    os.execute("sleep 0.1")
+    assert.is_false((cs:finish()))
+    assert.is_truthy(cs:ready_fd())
+    -- Let the zygote build its root: now the session opens and works.
+    local w = assert(io.open(hold, "w"))
+    w:close()
+    local done, why
+    for _ = 1, 1000 do
+      local d, _, m = cs:finish()
+      done, why = d, m
+      assert.is_not_nil(done, tostring(why))
+      if done then break end
+      os.execute("sleep 0.02")
+    end
+    assert.is_true(done)
+    local r = assert(cs:run { argv = { "/bin/sh", "-c", "exit 7" } })
+    local ev, data
+    repeat ev, data = r:next(5000, true, true) until ev == "exit" or ev == nil
+    assert.equal("exit", ev)
+    assert.equal(7, data.returncode)
+  end)
+end)
