@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -449,6 +450,21 @@ int sbx_file_open(int dirfd, const char *path, size_t path_len, size_t max_bytes
 	return fd;
 }
 
+/* Ask for transparent huge pages under a large buffer not yet touched:
+ * reading a 200 MB file into fresh 4 KiB pages spent about as long in
+ * page faults and zeroing as in the copy (get_bytes 0.44-0.53x of cp;
+ * 130 -> 75 ms for the read here).  Where THP is "madvise" this is what
+ * turns it on; elsewhere it changes nothing. */
+static void advise_huge(void *p, size_t len)
+{
+	const uintptr_t huge = 2u << 20;
+	uintptr_t start = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+	uintptr_t end = ((uintptr_t)p + len) & ~(huge - 1);
+
+	if (end > start)
+		(void)madvise((void *)start, end - start, MADV_HUGEPAGE);
+}
+
 int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes, char **out,
 		 size_t *out_len, sbx_err *err)
 {
@@ -479,6 +495,7 @@ int sbx_file_get(int dirfd, const char *path, size_t path_len, size_t max_bytes,
 		return sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "out of memory reading %.*s",
 				   SBX_PATH_SHOWN, pbuf);
 	}
+	advise_huge(data, cap);
 	for (;;) {
 		ssize_t n;
 
