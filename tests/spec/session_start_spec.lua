@@ -83,6 +83,17 @@ describe("sbx.session with a wait function (a host's event loop)", function()
   end)
 end)
 
+-- cs:finish() until it is done (bounded: seconds), failing on an error.
+local function finish_within(cs, seconds)
+  for _ = 1, seconds * 50 do
+    local done, _, why = cs:finish()
+    assert.is_not_nil(done, tostring(why))
+    if done then return true end
+    os.execute("sleep 0.02")
+  end
+  return false
+end
+
 describe("core.session_start", function()
   it("gives a session that refuses runs until finished, then works", function()
     local cs = assert(core.session_start { backend = "userns", system_ro = { "/usr", "/bin", "/lib", "/lib64" } })
@@ -93,15 +104,7 @@ describe("core.session_start", function()
     assert.is_nil(r)
     assert.equal("InvalidArgument", kind)
     assert.matches("still setting up", msg)
-    local done, why
-    for _ = 1, 500 do
-      local d, _, w = cs:finish()
-      done, why = d, w
-      assert.is_not_nil(done, tostring(why))
-      if done then break end
-      os.execute("sleep 0.02")
-    end
-    assert.is_true(done)
+    assert.is_true(finish_within(cs, 10))
     assert.is_nil(cs:ready_fd())
     assert.is_true(cs:finish()) -- idempotent once ready
     assert.is_truthy(cs:run { argv = { "/bin/true" } })
@@ -226,15 +229,7 @@ describe_open("an open-mode session's network", function()
     -- Let the zygote build its root: now the session opens and works.
     local w = assert(io.open(hold, "w"))
     w:close()
-    local done, why
-    for _ = 1, 1000 do
-      local d, _, m = cs:finish()
-      done, why = d, m
-      assert.is_not_nil(done, tostring(why))
-      if done then break end
-      os.execute("sleep 0.02")
-    end
-    assert.is_true(done)
+    assert.is_true(finish_within(cs, 20))
     local r = assert(cs:run { argv = { "/bin/sh", "-c", "exit 7" } })
     local ev, data
     repeat ev, data = r:next(5000, true, true) until ev == "exit" or ev == nil
