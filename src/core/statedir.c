@@ -11,7 +11,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,11 +22,75 @@
 
 #include "session_impl.h"
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+/*
+ * Remove a session's dir and everything below it by fd, never by path.
+ * Its work dir is the sandbox's, and a closed session's processes die a
+ * moment after the close returns (the dead-session sweep of another
+ * process may come in between): a directory swapped for a symlink
+ * mid-walk must not send this walk, which runs as root, elsewhere
+ * (nftw reopened each directory by its path).  Each directory is opened
+ * O_NOFOLLOW from its parent's fd and must be on the same file system (a
+ * mount point is left, as FTW_MOUNT did); what is deeper than
+ * RM_MAX_DEPTH stays for the next sweep.  0, or -1 when anything stayed.
+ */
+#define RM_MAX_DEPTH 128
+static int rm_below(int dfd, dev_t dev, int depth)
 {
-	(void)st;
-	(void)ftw;
-	return (flag == FTW_DP ? rmdir(path) : unlink(path)) == 0 || errno == ENOENT ? 0 : -1;
+	DIR *d = fdopendir(dfd);
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d) {
+		close(dfd);
+		return -1;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+		const char *name = de->d_name;
+
+		if (!strcmp(name, ".") || !strcmp(name, ".."))
+			continue;
+		if (fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+			rc = errno == ENOENT ? rc : -1;
+			continue;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			if (unlinkat(dirfd(d), name, 0) != 0 && errno != ENOENT)
+				rc = -1;
+			continue;
+		}
+		int sub = st.st_dev == dev && depth < RM_MAX_DEPTH
+				  ? openat(dirfd(d), name,
+					   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+				  : -1;
+		struct stat opened;
+		if (sub < 0 || fstat(sub, &opened) != 0 || opened.st_dev != dev) {
+			if (sub >= 0)
+				close(sub);
+			rc = -1;
+			continue;
+		}
+		if (rm_below(sub, dev, depth + 1) != 0 ||
+		    (unlinkat(dirfd(d), name, AT_REMOVEDIR) != 0 && errno != ENOENT))
+			rc = -1;
+	}
+	closedir(d);
+	return rc;
+}
+
+static int rm_tree(const char *dir)
+{
+	struct stat st;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (fstat(fd, &st) != 0) {
+		close(fd);
+		return -1;
+	}
+	int rc = rm_below(fd, st.st_dev, 0);
+	return rmdir(dir) == 0 || errno == ENOENT ? rc : -1;
 }
 
 static int mkdir_owned(const char *path, mode_t mode, sbx_err *err)
@@ -83,7 +146,7 @@ static void sweep_stale(const char *sessions)
 			continue;
 		}
 		snprintf(path, sizeof(path), "%.4000s/%.40s", sessions, de->d_name);
-		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+		rm_tree(path);
 		if (fd >= 0)
 			close(fd);
 	}
@@ -224,5 +287,5 @@ int sbx_statedir_remove(const char *dir)
 		if ((unlink(path) == 0 || errno == ENOENT) && rmdir(dir) == 0)
 			return 0;
 	}
-	return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	return rm_tree(dir);
 }
