@@ -799,17 +799,17 @@ int sbx_session_ready_fd(const sbx_session *s)
 {
 	if (!s->pending)
 		return -1;
-	if (!s->zygote_ready)
-		return s->ctl_fd;
-	return connecting(s) ? sbx_opennet_wait_fd(&s->open) : s->ctl_fd;
+	return s->zygote_ready && connecting(s) ? sbx_opennet_wait_fd(&s->open) : s->ctl_fd;
 }
 
 /* Open mode's early message: start connecting the open namespace while
- * the zygote builds the root. */
+ * the zygote builds the root.  The network stays connecting until finish
+ * steps it, which is only once the zygote is ready; a failure here fails
+ * the open. */
 static int early_open(sbx_session *s, int open_ns, sbx_err *err)
 {
 	int rc = 0;
-	if (s->net < SBX_NET_OPEN || connecting(s) || s->open_begun)
+	if (s->net < SBX_NET_OPEN || connecting(s))
 		rc = sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
 				 "the sandbox handed over an open network out of turn");
 	else if (open_ns < 0)
@@ -817,7 +817,6 @@ static int early_open(sbx_session *s, int open_ns, sbx_err *err)
 				 "the sandbox did not hand over its open network");
 	else if (connect_open(s, open_ns, (const char *const *)s->open_deny, err) < 0)
 		rc = -1;
-	s->open_begun = true;
 	if (open_ns >= 0)
 		close(open_ns);
 	return rc;
@@ -842,7 +841,7 @@ static int finish_zygote(sbx_session *s, int timeout_ms, sbx_err *err)
 	if (s->cg.oom_path[0] && !(s->placer = sbx_placer_start(s->ctl_fd, &s->cg, err)))
 		return -1;
 	if ((s->net >= SBX_NET_ALLOWLIST && s->proxy_listener < 0) ||
-	    (s->net >= SBX_NET_OPEN && !s->open_begun))
+	    (s->net >= SBX_NET_OPEN && !connecting(s)))
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, 0,
 				   "the sandbox did not hand over its %s network",
 				   sbx_net_name(s->net));

@@ -96,7 +96,7 @@ struct sbx_session {
 	/* Between sbx_session_start and sbx_session_finish: the zygote is
 	 * setting up; finish reads its ready message on ctl_fd (zygote_ready
 	 * once it has), and for open mode waits for the network too. */
-	bool pending, zygote_ready, open_begun;
+	bool pending, zygote_ready;
 	char **open_deny; /* open: the caller's deny list, copied for finish */
 };
 
