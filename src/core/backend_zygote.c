@@ -246,8 +246,11 @@ int sbx_zygote_backend_start(sbx_session *s, const sbx_session_opts *o, struct s
 	sp.sync_fd = sync[0];
 	sp.cfg.ctl_fd = ctl[1];
 	/* No cgroup namespace yet: the child joins the session's cgroup
-	 * first (a move out of its namespace's root would be refused). */
-	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
+	 * first (a move out of its namespace's root would be refused).  No
+	 * network namespace either: the zygote has a child make it while it
+	 * builds the root, and joins it before it says ready
+	 * (zygote_setup.c). */
+	uint64_t flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS;
 	if (!s->privileged)
 		flags |= CLONE_NEWUSER;
 	int clone_errno = 0;

@@ -254,9 +254,16 @@ struct sbx_zygote_cfg {
 const char *sbx_net_name(sbx_net mode);
 /* Bring up lo in the caller's network namespace. */
 int sbx_netns_lo_up(sbx_err *err);
-/* In the zygote: fd[BLOCKED] is our own namespace; for each wider mode up
- * to ceiling a new one with lo up (allowlist: *listener listening on
- * 127.0.0.1:port inside it).  We end in the blocked one.  -1 with err. */
+/* A child makes a network namespace with lo up (while the caller goes on):
+ * its socket, or -1 with err.  Join it: the namespace's fd (the caller is
+ * in it now; *sock is closed, the child ends by itself and is the
+ * caller's to reap), or -1 with err naming what failed. */
+int sbx_netns_child_start(sbx_err *err);
+int sbx_netns_child_join(int *sock, sbx_err *err);
+/* In the zygote, in the blocked namespace fd[BLOCKED] (the caller's): for
+ * each wider mode up to ceiling a new one with lo up (allowlist: *listener
+ * listening on 127.0.0.1:port inside it).  We end in the blocked one.  -1
+ * with err. */
 int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, uint16_t port,
 		      sbx_err *err);
 /* In the zygote: a new network namespace with lo up and *listener on

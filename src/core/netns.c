@@ -86,12 +86,9 @@ static int listen_loopback(uint16_t port, sbx_err *err)
 int sbx_netns_prepare(int fd[SBX_NET_NMODES], int *listener, sbx_net ceiling, uint16_t port,
 		      sbx_err *err)
 {
-	for (int m = 0; m < SBX_NET_NMODES; m++)
+	for (int m = SBX_NET_BLOCKED + 1; m < SBX_NET_NMODES; m++)
 		fd[m] = -1;
 	*listener = -1;
-	fd[SBX_NET_BLOCKED] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-	if (fd[SBX_NET_BLOCKED] < 0)
-		return FAIL("open our network namespace: %s", strerror(errno));
 	for (int m = SBX_NET_ALLOWLIST; m <= (int)ceiling && m < SBX_NET_NMODES; m++) {
 		if (unshare(CLONE_NEWNET) != 0)
 			return FAIL("network namespace for mode %s: %s", sbx_net_name((sbx_net)m),
@@ -119,4 +116,89 @@ int sbx_netns_own(uint16_t port, int *listener, sbx_err *err)
 		return -1;
 	*listener = listen_loopback(port, err);
 	return *listener < 0 ? -1 : 0;
+}
+
+/*
+ * The zygote's first network namespace (the blocked one, lo only) is made
+ * by a child of its own while it builds the root: creating a namespace
+ * (its sysctl tables, lo's device) is ~0.45 ms of CPU, the largest part of
+ * a cold open after the root's mounts, and nothing of the root needs it.
+ * The child makes it, brings lo up and hands it over, then exits (the
+ * caller reaps it; the zygote's loop does).  Until the join the zygote is
+ * in the template's namespace (the host's), where nothing of the sandbox
+ * ever runs: the join comes before its ready message, and a failed one
+ * fails the open.
+ */
+struct net_child {
+	int32_t err_no; /* 0, or why */
+	int32_t stage;	/* what failed: 0 create, 1 lo, 2 open */
+};
+
+int sbx_netns_child_start(sbx_err *err)
+{
+	int sp[2] = {-1, -1};
+	int proc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+
+	if (proc < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
+		int e = errno;
+		if (proc >= 0)
+			close(proc);
+		errno = e;
+		return FAIL("network namespace: %s", strerror(e));
+	}
+	/* Not cloned into it: clone3 would make the namespace before it
+	 * returns, in the caller's time. */
+	pid_t pid = sbx_sys_clone3_fork(0, NULL);
+	if (pid == 0) {
+		/* By fd: the zygote's pivots may move our root meanwhile. */
+		struct net_child m = {0, 0};
+		sbx_err e = {0};
+		int fd = -1;
+		close(sp[0]);
+		if (unshare(CLONE_NEWNET) == 0 && (m.stage = 1, sbx_netns_lo_up(&e) == 0)) {
+			m.stage = 2;
+			fd = openat(proc, "thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+		}
+		m.err_no = fd >= 0 ? 0 : (e.sys_errno ? e.sys_errno : errno);
+		(void)sbx_proto_send_fds(sp[1], &m, sizeof(m), &fd, fd >= 0 ? 1 : 0);
+		_exit(0);
+	}
+	int e = errno;
+	close(proc);
+	close(sp[1]);
+	if (pid < 0) {
+		close(sp[0]);
+		errno = e;
+		return FAIL("network namespace: %s", strerror(e));
+	}
+	return sp[0];
+}
+
+int sbx_netns_child_join(int *sock, sbx_err *err)
+{
+	static const char *const what[] = {"create", "bring up lo in", "open"};
+	struct net_child m;
+	int fd = -1;
+	size_t nfds = 0;
+	ssize_t n = sbx_proto_recv_fds(*sock, &m, sizeof(m), &fd, 1, &nfds);
+
+	close(*sock);
+	*sock = -1;
+	if (n != (ssize_t)sizeof(m) || nfds != 1 || m.err_no != 0) {
+		int e = n == (ssize_t)sizeof(m) ? m.err_no : n < 0 ? errno : EPIPE;
+		unsigned st = n == (ssize_t)sizeof(m) && m.stage >= 0 && m.stage <= 2
+				      ? (unsigned)m.stage
+				      : 0;
+		if (fd >= 0)
+			close(fd);
+		errno = e;
+		return FAIL("%s the network namespace: %s", what[st], strerror(e));
+	}
+	if (setns(fd, CLONE_NEWNET) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return FAIL("join the network namespace: %s", strerror(e));
+	}
+	return fd;
 }

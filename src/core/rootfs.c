@@ -370,8 +370,6 @@ static int rootfs_build(const sbx_rootfs *fs, const char *hostname, sbx_err *err
 	if (sethostname(hostname, strlen(hostname)) != 0 ||
 	    setdomainname("localdomain", strlen("localdomain")) != 0)
 		return FAIL("sethostname: %s", strerror(errno));
-	if (sbx_netns_lo_up(err) < 0)
-		return -1;
 
 	/* Second pivot: the new root on top, then detach the old one (the
 	 * scratch tmpfs and, below it, the whole host tree). */

@@ -187,6 +187,10 @@ void sbx_zygote_main(const struct sbx_zygote_cfg *given)
 	sigemptyset(&mask);
 	sigaddset(&mask, SIGCHLD);
 	int sfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	/* A child that ended before SIGCHLD was blocked (the network
+	 * namespace's, zygote_setup.c) said so to nobody. */
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
 
 	/* Each offer the host takes asks for one more, so as many stay
 	 * outstanding as were made here. */

@@ -64,6 +64,10 @@ __attribute__((noreturn)) void sbx_zygote_setup(struct sbx_zygote_spawn *sp)
 	memset(&err, 0, sizeof(err));
 	prctl(PR_SET_NAME, "sbx-zygote");
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/* First: it runs while we do everything else. */
+	int net_sock = sbx_netns_child_start(&err);
+	if (net_sock < 0)
+		sbx_zygote_fail(ctl_fd, &err);
 	/* Into the session's cgroup before anything else: every run inherits
 	 * its ceilings.  We move ourselves (the host opened the files): the
 	 * move waits out an RCU grace period (~5-15 ms, cgroup v1), which is
@@ -110,10 +114,16 @@ __attribute__((noreturn)) void sbx_zygote_setup(struct sbx_zygote_spawn *sp)
 		sbx_err_set(&err, SBX_E_BACKEND_UNAVAILABLE, errno, "become uid %u: %s",
 			    (unsigned)sp->zid, strerror(errno));
 	} else if (sbx_caps_drop_bounding(&err) == 0 &&
+		   /* A wider mode's namespaces are made from the blocked one,
+		    * the open one early (above): the join comes first. */
+		   (sp->net_mode == SBX_NET_BLOCKED ||
+		    (netns[SBX_NET_BLOCKED] = sbx_netns_child_join(&net_sock, &err)) >= 0) &&
 		   sbx_netns_prepare(netns, &listener, sp->net_mode, sp->proxy_port, &err) == 0 &&
 		   send_open_ns_early(ctl_fd, netns[SBX_NET_OPEN], &err) == 0 &&
 		   hold(sp->hold_root ? sp->hold_fifo : NULL) == 0 &&
-		   sbx_rootfs_build(sp->fs, sp->hostname ? sp->hostname : "sandbox", &err) == 0) {
+		   sbx_rootfs_build(sp->fs, sp->hostname ? sp->hostname : "sandbox", &err) == 0 &&
+		   (net_sock < 0 ||
+		    (netns[SBX_NET_BLOCKED] = sbx_netns_child_join(&net_sock, &err)) >= 0)) {
 		err.kind = SBX_E_NONE;
 	}
 	if (err.kind != SBX_E_NONE)
