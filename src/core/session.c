@@ -89,6 +89,25 @@ int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sb
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the session has ended");
 	if (n == sizeof(off) && off.magic == SBX_PROTO_MAGIC)
 		*mode = (sbx_net)off.mode;
+	/* Made before a spare's take (sbx_session_adopt), whatever it holds:
+	 * let go, and the next one asked for. */
+	if (s->stale_offers > 0 && n == sizeof(off) && off.magic == SBX_PROTO_MAGIC &&
+	    off.mode != SBX_NET_OWN) {
+		sbx_run_cgroup placed;
+		memset(&placed, 0, sizeof(placed));
+		if (s->placer)
+			placed = pl.rc;
+		s->stale_offers--;
+		for (size_t i = 0; i < nfds; i++)
+			close(fds[i]);
+		sbx_cgroup_run_kill(&placed);
+		sbx_cgroup_run_remove(&placed);
+		memset(rc, 0, sizeof(*rc));
+		if (sbx_pool_send_want(s, s->net) < 0)
+			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
+					   "the session has ended");
+		return -3;
+	}
 	if (s->placer && off.err_no == 0 && pl.place_errno != 0) {
 		/* Not placed: the init died (take another) or the cgroup
 		 * refused (the run fails with why). */
@@ -253,6 +272,8 @@ static void sort_offers(sbx_session *s, sbx_net mode)
 			return;
 		memset(&rc, 0, sizeof(rc));
 		int r = sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, &err);
+		if (r == -3)
+			continue;
 		/* Unusable (its fds lost at our fd limit): a warm one is
 		 * replaced, and take waits for the new one; an own-namespace
 		 * one is asked for again by the next take_own.  -1: the zygote
@@ -337,7 +358,9 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			memset(&s->spare[mode].rc, 0, sizeof(*rc));
 			s->spare[mode].sock = s->spare[mode].pidfd = -1;
 			got = mode;
-		} else if ((rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err)) < 0) {
+		} else if ((rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err)) == -3) {
+			continue;
+		} else if (rc_ < 0) {
 			/* An unusable offer (not placed, not prepared, its
 			 * fds lost) still asks for the next. */
 			int e = errno;
@@ -884,8 +907,9 @@ sbx_session *sbx_session_open(const sbx_session_opts *o, sbx_err *err)
 
 /* A spare taken by an open of o (spare.c): its lifetime counts from now.
  * The zygote is told (the inits it starts from here on enforce the end);
- * the warm inits it offered before carry no end of their own, so they are
- * let go, and each asks for one made after. */
+ * the warm inits it offered before carry no end of their own, so each is
+ * let go when it comes, and asks for one made after
+ * (sbx_pool_recv_offer).  Never waits: sbxd takes spares on its loop. */
 int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 {
 	if (!o->lifetime_ms)
@@ -898,20 +922,8 @@ int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err)
 				     o->lifetime_ms,  s->expire_grace_ms, 0};
 	if (send(s->ctl_fd, &m, sizeof(m), MSG_NOSIGNAL) != (ssize_t)sizeof(m))
 		return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno, "the spare session has ended");
-	for (uint32_t i = 0; i < (o->warm_runs ? o->warm_runs : 1); i++) {
-		int sock, pidfd;
-		sbx_net got;
-		sbx_run_cgroup rc;
-		memset(&rc, 0, sizeof(rc));
-		int r = sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, err);
-		if (r == -1)
-			return -1;
-		if (r == 0)
-			sbx_pool_drop_offer(sock, pidfd, &rc);
-		if (sbx_pool_send_want(s, s->net) < 0)
-			return sbx_err_set(err, SBX_E_SESSION_CLOSED, errno,
-					   "the spare session has ended");
-	}
+	/* Offers come in the order made: the next warm_runs are the old ones. */
+	s->stale_offers = o->warm_runs ? o->warm_runs : 1;
 	return 0;
 }
 

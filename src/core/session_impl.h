@@ -76,6 +76,9 @@ struct sbx_session {
 		sbx_run_cgroup rc;
 	} own_spare;
 	unsigned own_pending;
+	/* Offers made before a spare's take, still to come: each is let go
+	 * (sbx_session_adopt). */
+	unsigned stale_offers;
 	/* With a memory ceiling: the thread that places each offered init in
 	 * a run cgroup of its own (placer.c); offers come from it. */
 	sbx_placer *placer;
@@ -151,9 +154,10 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 
 /* session.c, for session_ownnet.c: the zygote's next offer (-1 with err;
  * -2 with err and errno when it came but cannot be used, and the caller
- * must ask for another; *mode is the offer's whenever it came), a want
- * for the next offer of mode, and
- * letting an offer go. */
+ * must ask for another; -3 when it was one made before a spare's take,
+ * let go and another asked for: receive again; *mode is the offer's
+ * whenever it came), a want for the next offer of mode, and letting an
+ * offer go. */
 int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
 			sbx_err *err);
 int sbx_pool_send_want(sbx_session *s, uint32_t mode);

@@ -111,6 +111,8 @@ int sbx_session_take_own(sbx_session *s, int *sock, int *pidfd, sbx_run_cgroup *
 	while (s->own_spare.sock < 0) {
 		sbx_net got = SBX_NET_BLOCKED;
 		int rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err);
+		if (rc_ == -3)
+			continue;
 		if ((uint32_t)got == SBX_NET_OWN) {
 			s->own_pending--;
 			if (rc_ < 0)

@@ -121,6 +121,26 @@ describe("spare sessions", function()
     s:close()
   end)
 
+  it("runs a taken spare's first run under its lifetime: warned with SIGTERM at the end", function()
+    -- The warm init the spare offered before its take has no end of its
+    -- own; the take lets it go when it comes (it is not waited for), and
+    -- the run gets an init that enforces the end: SIGTERM at it, as a
+    -- cold session's run gets.  (An init without the end would be killed
+    -- only when the zygote goes, with SIGKILL: no "term".)
+    local cmd = "trap 'echo term; exit 0' TERM; sleep 60 & wait"
+    local cold = H.session({ timeout_s = 1 })
+    local rc = cold:exec(cmd)
+    assert.are.equal("term\n", rc.stdout, H.show(rc)) -- control
+    cold:close()
+    keep(1, { backend = "userns", timeout_s = 1 })
+    local taken0 = stats().taken
+    local s = H.session({ timeout_s = 1 })
+    assert.are.equal(taken0 + 1, stats().taken)
+    local r = s:exec(cmd)
+    assert.are.equal("term\n", r.stdout, H.show(r))
+    s:close()
+  end)
+
   it("is emptied when the policy file changes: no spare of the old policy is handed out", function()
     local dir = H.mktemp_dir("spol")
     local path = dir .. "/policy.lua"
