@@ -7,6 +7,7 @@
  * the same fields.
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,10 +15,10 @@
 #include <jansson.h>
 #include <msgpack.h>
 
+#include "json_escape.h"
 #include "stream_int.h"
 
-/* Room for len more bytes; false when memory ran out. */
-static bool buf_reserve(sbx_srv_buf *b, size_t len)
+bool sbx_srv_buf_reserve(sbx_srv_buf *b, size_t len)
 {
 	if (b->len + len > b->cap) {
 		size_t cap = b->cap ? b->cap : 4096;
@@ -34,7 +35,7 @@ static bool buf_reserve(sbx_srv_buf *b, size_t len)
 
 void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len)
 {
-	if (!buf_reserve(b, len))
+	if (!sbx_srv_buf_reserve(b, len))
 		return; /* dropping output beats crashing; cannot happen at these sizes */
 	memcpy(b->data + b->len, data, len);
 	b->len += len;
@@ -87,7 +88,7 @@ static void push_event2(sbx_srv_run *sr, const void *head, size_t hlen, const vo
 			size_t blen)
 {
 	size_t len = hlen + blen;
-	if (!buf_reserve(&sr->pending, len))
+	if (!sbx_srv_buf_reserve(&sr->pending, len))
 		return; /* the whole event or none of it */
 	sbx_srv_buf_append(&sr->pending, head, hlen);
 	if (blen)
@@ -202,16 +203,30 @@ void sbx_srv_ev_data(sbx_srv_run *sr, const char *type, const char *data, size_t
 {
 	sbx_srv_m.bytes_streamed += len;
 	if (sr->fmt == SRV_FMT_JSON) {
-		json_t *ev = json_object();
-		json_t *s = json_stringn(data, len);
-		json_object_set_new(ev, "type", json_string(type));
-		if (s) {
-			json_object_set_new(ev, "data", s);
-		} else {
-			char *b = base64(data, len);
-			json_object_set_new(ev, "data_b64", json_string(b ? b : ""));
-			free(b);
+		/* The text escaped straight into the pending buffer (what
+		 * jansson's dump would write, json_escape.c); base64 when it
+		 * is not UTF-8. */
+		sbx_srv_buf *b = &sr->pending;
+		size_t start = b->len, tl = strlen(type);
+		if (len > (SIZE_MAX - 64 - tl) / SBX_JSON_ESCAPE_MAX ||
+		    !sbx_srv_buf_reserve(b, SBX_JSON_ESCAPE_MAX * len + tl + 64))
+			return; /* the whole event or none of it */
+		sbx_srv_buf_append(b, "{\"type\":\"", 9);
+		sbx_srv_buf_append(b, type, tl);
+		sbx_srv_buf_append(b, "\",\"data\":\"", 10);
+		size_t n = sbx_json_escape(b->data + b->len, data, len);
+		if (n != SBX_JSON_NOT_UTF8) {
+			b->len += n;
+			sbx_srv_buf_append(b, "\"}\n", 3);
+			note_event(sr, b->len - start);
+			return;
 		}
+		b->len = start;
+		json_t *ev = json_object();
+		char *b64 = base64(data, len);
+		json_object_set_new(ev, "type", json_string(type));
+		json_object_set_new(ev, "data_b64", json_string(b64 ? b64 : ""));
+		free(b64);
 		json_event(sr, ev);
 		return;
 	}
@@ -286,7 +301,7 @@ size_t sbx_srv_ev_read(sbx_srv_run *sr, int which, size_t max)
 				       "data\xc6";
 	const size_t hl = sizeof(head_out) - 1, total = hl + 4;
 
-	if (sr->fmt != SRV_FMT_MSGPACK || !buf_reserve(&sr->pending, total + max))
+	if (sr->fmt != SRV_FMT_MSGPACK || !sbx_srv_buf_reserve(&sr->pending, total + max))
 		return 0;
 	char *at = sr->pending.data + sr->pending.len;
 	size_t n = sbx_run_read_output(sr->run, which, at + total, max);

@@ -54,6 +54,8 @@ typedef struct sbx_srv_run {
 
 /* ---- stream_encode.c ---- */
 void sbx_srv_buf_append(sbx_srv_buf *b, const void *data, size_t len);
+/* Room for len more bytes; false when memory ran out. */
+bool sbx_srv_buf_reserve(sbx_srv_buf *b, size_t len);
 /* { type = "stdout"|"stderr", data } */
 void sbx_srv_ev_data(sbx_srv_run *sr, const char *type, const char *data, size_t len);
 /* The same, msgpack only, read from the run's stdout (which 1) or stderr
