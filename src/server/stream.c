@@ -15,7 +15,8 @@
  * buffer; one h2o_send is in flight at a time, and when the pending buffer
  * passes SRV_STREAM_CAP the pipes are no longer read (the process blocks
  * on a full pipe) until proceed() says the client took the last chunk.
- * A slow 100 ms tick covers stdin feeding and anything the fd watch misses.
+ * A slow 100 ms tick covers stdin feeding and anything the fd watch misses,
+ * and reads a detached run's output while it has no client (pump).
  *
  * If the client goes away (stream reset, connection closed), h2o calls
  * stop(): the run is killed at once and everything is released before the
@@ -148,6 +149,15 @@ static void flush(sbx_srv_run *sr)
 
 static void watch_update(sbx_srv_run *sr, bool want);
 
+/* The most pieces of output one pump takes.  A run with no client to slow
+ * it (detached, absent) writing as fast as it can keeps its pipe full:
+ * read while it came, the loop never got back to anyone else (/healthz
+ * went unanswered).  What is left stays readable for the next pump.  Such
+ * a run's output is read on the 100 ms tick only (its fd watch is off):
+ * at most PUMP_MAX_PIECES reads a tick, most of it dropped anyway, so it
+ * writes into a full pipe and waits instead of costing sbxd a core. */
+#define PUMP_MAX_PIECES 16
+
 /* Read what the run has, queue events, flush. */
 static void pump(sbx_srv_run *sr)
 {
@@ -157,7 +167,7 @@ static void pump(sbx_srv_run *sr)
 	if (sr->stopped || sr->final || !sr->run || sr->in_pump)
 		return;
 	sr->in_pump = true;
-	for (;;) {
+	for (int pieces = 0; pieces < PUMP_MAX_PIECES; pieces++) {
 		/* An absent client's buffer drops its oldest events instead. */
 		bool want = !sr->req || sr->pending.len < SRV_STREAM_CAP;
 		/* stdout straight into the pending buffer while it comes (one
@@ -199,7 +209,7 @@ static void pump(sbx_srv_run *sr)
 		break;
 	}
 	if (!sr->final)
-		watch_update(sr, !sr->req || sr->pending.len < SRV_STREAM_CAP);
+		watch_update(sr, sr->req && sr->pending.len < SRV_STREAM_CAP);
 	sr->in_pump = false;
 	flush(sr);
 }
@@ -355,7 +365,7 @@ static void client_gone(sbx_srv_run *sr, bool reset)
 	sbx_srv_log(SRV_LOG_INFO, "event=run_detached session=%s run=%s", sr->sid, sr->run_id);
 	if (!sr->final) {
 		sbx_srv_runs_drop_oldest(sr);
-		watch_update(sr, true);
+		watch_update(sr, false); /* the tick reads it now (pump) */
 	}
 }
 

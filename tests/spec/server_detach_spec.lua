@@ -98,6 +98,35 @@ describe_srv("sbxd detached runs", function()
     assert.equal("NotFound", H.json_field(body, "kind"))
   end)
 
+  it("serves everyone else while a detached run with no client writes as fast as it can", function()
+    -- Its pipe is never empty: read while it came, sbxd's loop never got
+    -- back to anyone (/healthz went unanswered for as long as it ran).
+    -- JSON (the default), whose escaping of NULs was the costly part.
+    local b = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d", "{}")
+    local own = assert(H.json_field(b, "id"))
+    local keep = sid
+    sid = own
+    local c = post_bg('{"cmd":"cat /dev/zero","detach":true}')
+    sid = keep
+    assert.is_true(c.until_has('"data":"\\u0000'), c.out())
+    c.go()
+    local id = c.out():match('{"type":"run","run_id":"(%x+)"}')
+    assert.is_truthy(detached(id), srv:log())
+    -- Control: it is still writing (its record keeps the newest output).
+    assert.is_true(H.count_procs("cat /dev/zero") >= 1)
+    for _ = 1, 3 do
+      local body, status = srv:curl("/healthz")
+      assert.equal(200, status, body)
+    end
+    -- What it kept: the newest output, behind the drop marker (read for
+    -- 2 s, then this client goes; the run goes on).
+    local body = srv:curl("/v1/sessions/" .. own .. "/runs/" .. id, "-H", srv:auth(), "--max-time", "2")
+    assert.is_truthy(body:find('"type":"dropped"', 1, true), body:sub(1, 200))
+    local _, status = srv:curl("/v1/sessions/" .. own, "-X", "DELETE", "-H", srv:auth())
+    assert.equal(200, status)
+    assert.is_true(T.wait_for(function() return H.count_procs("cat /dev/zero") == 0 end, 60))
+  end)
+
   it("still kills a run that was not detached when its client goes", function()
     -- The client goes once the run is seen; the run's 300 s sleep can only
     -- be gone in time because sbxd killed it.
