@@ -362,7 +362,8 @@ function M.open(opts)
   if not cs then errors.raise(errors.from_core(kind, msg, { backend = o.backend })) end
   -- sbxd: the next open of this shape finds a spare (a shape never pooled
   -- leaves the pool as it is; secrets make every shape new).
-  if auto_spares > 0 and not sec then c.spares_keep(copts, auto_spares) end
+  -- (A new shape moves the pool only when asked for twice in a row.)
+  if auto_spares > 0 and not sec then c.spares_keep(copts, auto_spares, true) end
   if (o.gpus or 0) > 0 then o.env = gpu_env(cs, o.env) end
   -- Backend none runs on the host, where /tmp/sandbox-work does not exist:
   -- HOME is the work dir there (issue 17), unless the policy or caller set one.

@@ -220,6 +220,9 @@ typedef struct sbx_spares_stats {
 	char last_error[256];
 } sbx_spares_stats;
 int sbx_spares_keep(const sbx_session_opts *o, unsigned n, const char *tag, sbx_err *err);
+/* The same, but a new shape replaces the pool's only when asked for twice
+ * in a row (sbxd's --spare-sessions, which follows the last open). */
+int sbx_spares_follow(const sbx_session_opts *o, unsigned n, const char *tag, sbx_err *err);
 sbx_session *sbx_spares_take(const sbx_session_opts *o, const char *tag, sbx_err *err);
 void sbx_spares_flush(void);
 void sbx_spares_get_stats(sbx_spares_stats *st);

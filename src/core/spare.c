@@ -213,6 +213,7 @@ static struct {
 	pthread_t thread;
 	unsigned want;		 /* how many to keep ready */
 	struct key key;		 /* the shape's key (len 0: none) */
+	struct key cand;	 /* follow: another shape asked for once (len 0: none) */
 	sbx_session_opts *shape; /* what the thread opens */
 	uint64_t gen; /* bumped whenever the shape or tag changes: late ones are closed */
 	sbx_session *ready[SBX_SPARES_MAX];
@@ -340,7 +341,22 @@ static int start_thread(sbx_err *err)
 	return 0;
 }
 
-int sbx_spares_keep(const sbx_session_opts *o, unsigned n, const char *tag, sbx_err *err)
+static void key_clear(struct key *k)
+{
+	free(k->b);
+	memset(k, 0, sizeof(*k));
+}
+
+static bool key_eq(const struct key *a, const struct key *b)
+{
+	return a->len == b->len && a->b && b->b && !memcmp(a->b, b->b, a->len);
+}
+
+/* follow: sbxd's pool of the last-opened shape moves to a new shape only
+ * when two opens in a row asked for it.  Tenants opening two shapes in
+ * turn made it close and reopen its spares at every open: twice the work
+ * per open, and never a spare to take. */
+static int keep(const sbx_session_opts *o, unsigned n, const char *tag, bool follow, sbx_err *err)
 {
 	const char *why;
 	struct key k;
@@ -363,6 +379,16 @@ int sbx_spares_keep(const sbx_session_opts *o, unsigned n, const char *tag, sbx_
 	}
 	pthread_mutex_lock(&P.mu);
 	bool same = n && P.shape && P.key.len == k.len && !memcmp(P.key.b, k.b, k.len);
+	if (follow && n && P.shape && !same && !key_eq(&P.cand, &k)) {
+		/* Once: remembered, the pool stays as it is. */
+		key_clear(&P.cand);
+		P.cand = k;
+		pthread_mutex_unlock(&P.mu);
+		shape_free(shape);
+		return 0;
+	}
+	if (follow)
+		key_clear(&P.cand);
 	if (!same) {
 		/* A new shape or policy: nothing made for the old one stays. */
 		n_old = take_all(old);
@@ -392,6 +418,16 @@ int sbx_spares_keep(const sbx_session_opts *o, unsigned n, const char *tag, sbx_
 	return rc;
 }
 
+int sbx_spares_keep(const sbx_session_opts *o, unsigned n, const char *tag, sbx_err *err)
+{
+	return keep(o, n, tag, false, err);
+}
+
+int sbx_spares_follow(const sbx_session_opts *o, unsigned n, const char *tag, sbx_err *err)
+{
+	return keep(o, n, tag, true, err);
+}
+
 void sbx_spares_flush(void)
 {
 	sbx_session *old[SBX_SPARES_MAX];
@@ -402,6 +438,7 @@ void sbx_spares_flush(void)
 	P.shape = NULL;
 	free(P.key.b);
 	memset(&P.key, 0, sizeof(P.key));
+	key_clear(&P.cand);
 	P.want = P.st.want = 0;
 	P.st.flushed += n;
 	pthread_cond_broadcast(&P.cv);

@@ -7,21 +7,23 @@
 
 #include "lsbx.h"
 
-/* core.spares_keep(opts, n) -> true | nil, kind, msg; opts are the
- * session options core.session_open takes (spare_tag names the policy). */
+/* core.spares_keep(opts, n [, follow]) -> true | nil, kind, msg; opts are
+ * the session options core.session_open takes (spare_tag names the
+ * policy); follow: sbx_spares_follow (a new shape only when asked twice). */
 int lsbx_spares_keep(lua_State *L)
 {
 	sbx_session_opts o;
 	const char *tag;
 	sbx_err err = {0};
 	lua_Integer n = luaL_checkinteger(L, 2);
+	int follow = lua_toboolean(L, 3);
 
 	if (n < 0 || n > SBX_SPARES_MAX)
 		return luaL_error(L, "spare sessions: n must be 0..%d, got %d", SBX_SPARES_MAX,
 				  (int)n);
 	lua_settop(L, 1);
 	lsbx_session_opts(L, &o, &tag);
-	if (sbx_spares_keep(&o, (unsigned)n, tag, &err) < 0)
+	if ((follow ? sbx_spares_follow : sbx_spares_keep)(&o, (unsigned)n, tag, &err) < 0)
 		return lsbx_push_err(L, &err);
 	lua_pushboolean(L, 1);
 	return 1;

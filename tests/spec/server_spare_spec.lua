@@ -26,8 +26,9 @@ local function wait_metric(srv, name, want)
   return false
 end
 
-local function open(srv)
-  local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d", '{"backend":"userns"}')
+local function open(srv, body_json)
+  local body, status = srv:curl("/v1/sessions", "-H", srv:auth(), "-H", JSON, "-d",
+    body_json or '{"backend":"userns"}')
   assert.equal(201, status, body)
   return H.json_field(body, "id")
 end
@@ -60,6 +61,33 @@ describe_srv("sbxd spare sessions", function()
     -- Spares belong to no tenant: the open sessions are the two opened.
     assert.equal(2, metric(srv, "sbxd_sessions_open"))
     for _, id in ipairs { a, b } do srv:curl("/v1/sessions/" .. id, "-H", srv:auth(), "-X", "DELETE") end
+  end)
+
+  it("keeps its shape while opens alternate between two, and follows a second one asked twice", function()
+    local A, B = '{"backend":"userns"}', '{"backend":"userns","pids":64}'
+    local MADE, TAKEN = 'sbxd_spare_sessions_total{event="made"}', 'sbxd_spare_sessions_total{event="taken"}'
+    local ids = { open(srv, A) }
+    assert.is_true(wait_metric(srv, "sbxd_spare_sessions_ready", 1), "no spare was made")
+    local made, taken = metric(srv, MADE), metric(srv, TAKEN)
+    -- B, A, B, A: each B once between As.  The pool stays A's: the As take
+    -- its spares, and only those are made again.  (Before, each B closed
+    -- A's spare and made one of B's, and each A the reverse: four made,
+    -- none taken.)
+    for _ = 1, 2 do
+      ids[#ids + 1] = open(srv, B)
+      ids[#ids + 1] = open(srv, A)
+      assert.is_true(wait_metric(srv, "sbxd_spare_sessions_ready", 1), "A's spare was not made again")
+    end
+    assert.equal(taken + 2, metric(srv, TAKEN), "the As did not take A's spares")
+    assert.equal(made + 2, metric(srv, MADE))
+    -- B twice in a row: the pool moves to B, and the next B takes one.
+    ids[#ids + 1] = open(srv, B)
+    ids[#ids + 1] = open(srv, B)
+    assert.is_true(wait_metric(srv, MADE, made + 3), "no spare of B was made")
+    assert.is_true(wait_metric(srv, "sbxd_spare_sessions_ready", 1))
+    ids[#ids + 1] = open(srv, B)
+    assert.equal(taken + 3, metric(srv, TAKEN))
+    for _, id in ipairs(ids) do srv:curl("/v1/sessions/" .. id, "-H", srv:auth(), "-X", "DELETE") end
   end)
 
   it("empties the pool on a policy reload", function()
