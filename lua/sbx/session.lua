@@ -116,8 +116,9 @@ end
 -- through stdio was ~20 us of each open.
 local has_ffi, ffi = pcall(require, "ffi")
 if has_ffi then
-  has_ffi = pcall(ffi.cdef, "long getrandom(void *buf, size_t len, unsigned int flags);")
-    or pcall(function() return ffi.C.getrandom end)
+  -- (cdef succeeds whether libc has it or not; the lookup says.)
+  pcall(ffi.cdef, "long getrandom(void *buf, size_t len, unsigned int flags);")
+  has_ffi = pcall(function() return ffi.C.getrandom end)
 end
 local function random_bytes(nbytes)
   if has_ffi then

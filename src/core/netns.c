@@ -176,7 +176,7 @@ int sbx_netns_child_start(sbx_err *err)
 
 int sbx_netns_child_join(int *sock, sbx_err *err)
 {
-	static const char *const what[] = {"create", "bring up lo in", "open"};
+	static const char *const what[] = {"create", "bring up lo in", "open", "receive"};
 	struct net_child m;
 	int fd = -1;
 	size_t nfds = 0;
@@ -189,6 +189,10 @@ int sbx_netns_child_join(int *sock, sbx_err *err)
 		unsigned st = n == (ssize_t)sizeof(m) && m.stage >= 0 && m.stage <= 2
 				      ? (unsigned)m.stage
 				      : 0;
+		if (n == (ssize_t)sizeof(m) && e == 0) {
+			e = EMFILE; /* it sent one: dropped at our open-files limit */
+			st = 3;
+		}
 		if (fd >= 0)
 			close(fd);
 		errno = e;

@@ -176,15 +176,19 @@ int sbx_session_finish(sbx_session *s, int timeout_ms, sbx_err *err);
  * run on offer (with a memory ceiling: once the session's placer thread
  * has put it in its run cgroup), so that the next sbx_run_start finds one
  * without waiting;
- * -1 when there is nothing to wait for (backends without a zygote, or a
- * warm run of this mode already set aside).  Never waits: offers already
- * there that expired unused (sbx_session_opts.warm_idle_ms) are dropped
- * first, and a live one is set aside, so the fd is one to wait on.
+ * -1 when there is nothing to wait for (backends without a zygote, a
+ * warm run of this mode already set aside, or whatever take will find
+ * already there).  Never waits: offers already there that expired unused
+ * (sbx_session_opts.warm_idle_ms), or that a taken spare made before its
+ * take, are dropped first, and a live one is set aside, so the fd is one
+ * to wait on.  Once it is readable, ask again: what came may have been one
+ * of those.
  */
 int sbx_session_offer_fd(sbx_session *s, sbx_net mode);
 /* The same for a run with its own allow-list (sbx_run_opts.own_netns):
  * asks the zygote for an init in a namespace of its own unless one is
- * ready or asked for; -1 when there is nothing to wait for. */
+ * ready or asked for; -1 when there is nothing to wait for (one is ready,
+ * or what take will find is already there). */
 int sbx_session_own_offer_fd(sbx_session *s);
 /* End every process of the session, remove what it created (not a pinned
  * work dir), free it.  Safe on NULL.  Returns 0, or -1 with err filled when

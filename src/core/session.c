@@ -302,15 +302,57 @@ static void sort_offers(sbx_session *s, sbx_net mode)
 	}
 }
 
+/* A taken spare's old offers come placed like any other (memory ceiling):
+ * those already there are let go now, without waiting, so that the fd
+ * says when a run can start (take would drop one, then wait for the next
+ * on the caller's loop). */
+static void drop_stale_placed(sbx_session *s)
+{
+	while (s->placer && s->stale_offers > 0) {
+		struct pollfd p = {sbx_placer_fd(s->placer), POLLIN, 0};
+		if (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))
+			return;
+		int sock, pidfd;
+		sbx_net got = SBX_NET_BLOCKED;
+		sbx_run_cgroup rc;
+		sbx_err err;
+		memset(&rc, 0, sizeof(rc));
+		int r = sbx_pool_recv_offer(s, &sock, &pidfd, &got, &rc, &err);
+		if (r == 0 && (uint32_t)got == SBX_NET_OWN) {
+			sbx_ownnet_keep(s, sock, pidfd, &rc);
+		} else if (r == 0) {
+			/* (Cannot be: every warm offer is stale while any are
+			 * counted.)  One taken asks for the next. */
+			sbx_pool_drop_offer(sock, pidfd, &rc);
+			(void)sbx_pool_send_want(s, s->net);
+		} else if (r != -3) {
+			return; /* take reports it */
+		}
+	}
+}
+
+int sbx_pool_unless_ready(int fd)
+{
+	struct pollfd p = {fd, POLLIN, 0};
+	return poll(&p, 1, 0) == 1 ? -1 : fd;
+}
+
 int sbx_session_offer_fd(sbx_session *s, sbx_net mode)
 {
 	if (s->none || s->pending || mode >= SBX_NET_NMODES)
 		return -1;
+	/* With a memory ceiling an offer is ready once it is placed. */
+	if (s->placer) {
+		drop_stale_placed(s);
+		return s->stale_offers ? sbx_placer_fd(s->placer)
+				       : sbx_pool_unless_ready(sbx_placer_fd(s->placer));
+	}
 	sort_offers(s, mode);
 	if (s->spare[mode].sock >= 0)
 		return -1;
-	/* With a memory ceiling an offer is ready once it is placed. */
-	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
+	/* Offers of other modes and old ones were taken in hand: what is left
+	 * readable is for take. */
+	return sbx_pool_unless_ready(s->ctl_fd);
 }
 
 int sbx_session_take_warm(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_cgroup *rc,

@@ -161,6 +161,9 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 int sbx_pool_recv_offer(sbx_session *s, int *sock, int *pidfd, sbx_net *mode, sbx_run_cgroup *rc,
 			sbx_err *err);
 int sbx_pool_send_want(sbx_session *s, uint32_t mode);
+/* fd, or -1 when it is readable now: take will not wait (an offer, or a
+ * failure or the end it reports), so there is nothing to wait for. */
+int sbx_pool_unless_ready(int fd);
 void sbx_pool_drop_offer(int sock, int pidfd, sbx_run_cgroup *rc);
 /* Whether a warm run expired unused (init.c's recv_request shuts its
  * socket down both ways before it ends, so this holds before the process

@@ -76,7 +76,7 @@ int sbx_session_own_offer_fd(sbx_session *s)
 	sbx_err err;
 	if (!usable(s, &err) || s->own_spare.sock >= 0 || ask(s) < 0)
 		return -1;
-	return s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd;
+	return sbx_pool_unless_ready(s->placer ? sbx_placer_fd(s->placer) : s->ctl_fd);
 }
 
 /* The listener the zygote queued ahead of the init's own messages. */

@@ -141,6 +141,45 @@ describe("spare sessions", function()
     s:close()
   end)
 
+  it("lets a taken spare's old offers go before its first run starts, with a memory ceiling too", function()
+    -- With a memory ceiling offers come placed in run cgroups, and the
+    -- spare's old one looked like a run ready to start: the run's take
+    -- dropped it and then waited, on the caller's loop (sbxd's), for the
+    -- zygote's next.  warm_fd now says "nothing to wait for" only once the
+    -- run can start without the zygote: shown with the zygote stopped.
+    keep(1, { backend = "userns", memory_mb = 256 })
+    local taken0 = stats().taken
+    local s = H.session({ memory_mb = 256 })
+    assert.are.equal(taken0 + 1, stats().taken)
+    sbx.spares { n = 0, backend = "userns", memory_mb = 256 } -- no refill from here
+    local o = s:admit_run({ "echo", "ran" }, {})
+    local fd, asked = s:warm_fd(o), 0
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "struct spare_pollfd { int fd; short events; short revents; };"
+      .. "int poll(struct spare_pollfd *fds, unsigned long n, int timeout);")
+    while fd and asked < 100 do
+      local p = ffi.new("struct spare_pollfd[1]")
+      p[0].fd, p[0].events = fd, 1
+      ffi.C.poll(p, 1, 10000)
+      fd, asked = s:warm_fd(o), asked + 1
+    end
+    assert.is_nil(fd, "warm_fd never said a run could start")
+    local live = {}
+    assert(H.wait_for(10, function()
+      live = {}
+      for _, pid in ipairs(zygotes()) do
+        if not (H.read_file("/proc/" .. pid .. "/status") or ""):match("\nState:%s*Z") then live[#live + 1] = pid end
+      end
+      return #live == 1
+    end), "expected the taken spare's zygote alone")
+    H.sh("kill -STOP " .. live[1])
+    local ok, r, err = pcall(s.start_run, s, o)
+    H.sh("kill -CONT " .. live[1])
+    assert.is_true(ok, tostring(r))
+    assert.is_truthy(r, type(err) == "table" and err.message or tostring(err))
+    s:close()
+  end)
+
   it("is emptied when the policy file changes: no spare of the old policy is handed out", function()
     local dir = H.mktemp_dir("spol")
     local path = dir .. "/policy.lua"

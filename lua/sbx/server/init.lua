@@ -390,15 +390,18 @@ local function start_run(req, rec)
   if not ok then return from_error(o) end
   -- The first run of a session waits for the sandbox's first warm run:
   -- on the loop, not in the core.
+  -- Asked again after each wait: what came may have been let go (an old
+  -- offer of a taken spare), and the next is waited for here too.
   local fd = s:warm_fd(o)
-  if fd then
-    local core = require "sbx.core"
-    local ready, why = wait_fd(fd, now_ms() + core.SESSION_READY_TIMEOUT_MS)
+  local deadline = fd and now_ms() + require("sbx.core").SESSION_READY_TIMEOUT_MS
+  while fd do
+    local ready, why = wait_fd(fd, deadline)
     if not ready then
       return from_error(errors.SandboxExecutionError(("no warm run of session %s came (%s)")
         :format(s.name, tostring(why)), s.backend, 0))
     end
     if s:is_closed() then return fail(410, "SessionClosed", ("session %s is closed"):format(s.name)) end
+    fd = s:warm_fd(o)
   end
   local t = tenant_rec(rec.tenant)
   if t.runs >= cfg.max_runs then
