@@ -358,16 +358,24 @@ __attribute__((noreturn)) void sbx_zygote_fail(int ctl_fd, const sbx_err *err);
  * every privilege, then both wait until the zygote passes the request on
  * over sock. */
 __attribute__((noreturn)) void sbx_init_main(const struct sbx_zygote_cfg *cfg, int sock);
+/* Put the init stage of cfg's filter on the calling init (no_new_privs
+ * first), once: its workloads then install only the run stage (sbx.h).
+ * 1 when on, 0 when cfg has no stages (workloads install the whole filter),
+ * -1 with err. */
+int sbx_init_stage_install(const struct sbx_zygote_cfg *cfg, sbx_err *err);
 
 /* The workload's privilege drop, one ordered step list per backend
  * (privdrop.c): 0, or -1 with the failed step in *f (what: its name or
- * message, err_no: its cause). */
+ * message, err_no: its cause).  filter: the seccomp program the native
+ * backends install last (cfg's whole filter, or its run stage on top of an
+ * init stage already on: init.c). */
 struct sbx_privdrop_fail {
 	const char *what;
 	int err_no;
 	sbx_err err; /* what points here for steps that fill an sbx_err */
 };
-int sbx_privdrop(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f);
+int sbx_privdrop(const struct sbx_zygote_cfg *cfg, const struct sock_fprog *filter,
+		 struct sbx_privdrop_fail *f);
 /* Backend bubblewrap, in a run's workload: check the cwd and program, exec
  * bwrap (backend_bubblewrap_run.c); failures go to status_fd, exit 127. */
 __attribute__((noreturn)) void sbx_bwrap_run_exec(const struct sbx_zygote_cfg *cfg, const char *cwd,

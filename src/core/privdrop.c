@@ -80,7 +80,8 @@ static int close_on_exec(void)
 
 /* Backends userns and privileged: the run's ids (the sandbox user, or the
  * session's unprivileged host uid), no capability left, the filter last. */
-static int drop_native(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f)
+static int drop_native(const struct sbx_zygote_cfg *cfg, const struct sock_fprog *filter,
+		       struct sbx_privdrop_fail *f)
 {
 	if (set_rlimits(cfg) < 0)
 		return failed(f, "rlimits");
@@ -94,7 +95,7 @@ static int drop_native(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fai
 		return failed_err(f);
 	if (close_on_exec() < 0)
 		return failed(f, "close fds");
-	if (sbx_seccomp_install(cfg->seccomp, &f->err) < 0)
+	if (sbx_seccomp_install(filter, &f->err) < 0)
 		return failed_err(f);
 	return 0;
 }
@@ -129,12 +130,35 @@ static int drop_none(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail 
 	return 0;
 }
 
-int sbx_privdrop(const struct sbx_zygote_cfg *cfg, struct sbx_privdrop_fail *f)
+/* See internal.h.  Only where an init serves more than one run: for one
+ * run, two installs would cost more than one. */
+int sbx_init_stage_install(const struct sbx_zygote_cfg *cfg, sbx_err *err)
+{
+	static bool on;
+	const struct sock_fprog *stage = sbx_seccomp_stage(cfg->seccomp, SBX_SC_STAGE_INIT);
+
+	if (on)
+		return 1;
+	if (cfg->bwrap_argv || cfg->none || !cfg->reuse || !stage ||
+	    !sbx_seccomp_stage(cfg->seccomp, SBX_SC_STAGE_RUN))
+		return 0;
+	/* init never execs; its workloads set it anyway. */
+	if (no_new_privs() < 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "init: no_new_privs: %s",
+				   strerror(errno));
+	if (sbx_seccomp_install(stage, err) < 0)
+		return -1;
+	on = true;
+	return 1;
+}
+
+int sbx_privdrop(const struct sbx_zygote_cfg *cfg, const struct sock_fprog *filter,
+		 struct sbx_privdrop_fail *f)
 {
 	memset(f, 0, sizeof(*f));
 	if (cfg->bwrap_argv)
 		return drop_bubblewrap(cfg, f);
 	if (cfg->none)
 		return drop_none(cfg, f);
-	return drop_native(cfg, f);
+	return drop_native(cfg, filter, f);
 }

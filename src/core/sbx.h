@@ -480,6 +480,20 @@ struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *cons
  * (EPERM), openat2 answers ENOSYS: sessions with an idmapped bind (idmap.c). */
 struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
 					     bool no_setid, sbx_err *err);
+/*
+ * The same filter in two stages, for an sbx-init that serves run after run
+ * (init.c): the init stage is the whole filter with what init itself needs
+ * allowed (the mount calls of its scratch reset, and every call the deny
+ * list narrowed), installed once in init; the run stage refuses exactly
+ * those as the whole filter does and allows the rest, installed by each
+ * workload on top.  The kernel applies both, so a workload gets the whole
+ * filter's answer for every call, while its own install is a few
+ * instructions instead of the whole filter's JIT and cache.  Both travel in
+ * the allocation sbx_seccomp_compile* returns: sbx_seccomp_stage(prog,
+ * SBX_SC_STAGE_INIT or SBX_SC_STAGE_RUN) gives one, or NULL (prog has none).
+ */
+enum { SBX_SC_WHOLE, SBX_SC_STAGE_INIT, SBX_SC_STAGE_RUN, SBX_SC_NSTAGES };
+const struct sock_fprog *sbx_seccomp_stage(const struct sock_fprog *prog, int stage);
 void sbx_seccomp_free(struct sock_fprog *prog);
 /* Install prog on the calling thread (no_new_privs must be set).  Child-side. */
 int sbx_seccomp_install(const struct sock_fprog *prog, sbx_err *err);

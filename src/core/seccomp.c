@@ -308,6 +308,12 @@ int sbx_seccomp_selfcheck(sbx_err *err)
 	for (i = 0; i < N_OF(sbx_sc_widen); i++)
 		if (sbx_check_name(sbx_sc_widen[i].name, err) < 0)
 			return -1;
+	/* A typo here would leave init without a call it needs. */
+	for (i = 0; i < N_OF(sbx_sc_init_needs); i++)
+		if (sbx_profile_count(sbx_sc_init_needs[i]) != 1)
+			return sbx_err_set(err, SBX_E_EXECUTION, 0,
+					   "seccomp profile: init needs \"%s\", in no list",
+					   sbx_sc_init_needs[i]);
 	return 0;
 }
 
@@ -551,10 +557,113 @@ static int sbx_setid_block(const char *name)
 	return -1;
 }
 
+/* Is entry i one sbx-init needs although the workload's filter refuses
+ * it: the mount calls of its scratch reset (seccomp_profile.h
+ * sbx_sc_init_needs), and whatever the session's deny list narrowed (init
+ * calls many of the allowed ones, and a policy may name any of them). */
+static bool sbx_init_needs(const sbx_seccomp_entry *v, size_t i)
+{
+	for (size_t k = 0; k < N_OF(sbx_sc_init_needs); k++)
+		if (strcmp(sbx_sc_init_needs[k], v[i].name) == 0)
+			return true;
+	return sbx_base_v[i].e.action != SBX_SC_REFUSED && v[i].action == SBX_SC_REFUSED;
+}
+
+/* One program of the set (see sbx_seccomp_compile_setid): its segments,
+ * the blocks they use and its length. */
+struct sbx_stage {
+	struct sbx_seg *seg;
+	size_t nseg, len;
+	size_t block_at[N_OF(sbx_blocks)]; /* 0: unused */
+};
+
+/* The answer of the whole filter for entry i (a return, or a block). */
+static void sbx_answer(const sbx_seccomp_entry *v, size_t i, bool no_setid, uint32_t *ret,
+		       int *block)
+{
+	*block = -1;
+	*ret = 0;
+	/* v is by table index, as sbx_base_v is (sbx_seccomp_profile). */
+	if (v[i].action != SBX_SC_REFUSED && no_setid && sbx_base_v[i].setid_block >= 0)
+		*block = sbx_base_v[i].setid_block;
+	else if (v[i].action == SBX_SC_ALLOWED)
+		*ret = RET_ALLOW;
+	else if (v[i].action == SBX_SC_REFUSED)
+		*ret = RET_ERRNO(v[i].err);
+	else
+		*block = sbx_base_v[i].args_block;
+}
+
+#define HEAD_LEN 4 /* the architecture check and the number load */
+
+/* Lay out stage `which` of the profile v[0..n-1]: whole, init (init's needs
+ * allowed) or run (init's needs only, as the whole filter answers them). */
+static int sbx_stage_plan(struct sbx_stage *st, const sbx_seccomp_entry *v, size_t n, bool no_setid,
+			  int which)
+{
+	uint32_t next = 0, gap = which == SBX_SC_STAGE_RUN ? RET_ALLOW : RET_ERRNO(ENOSYS);
+	size_t i;
+
+	memset(st, 0, sizeof(*st));
+	/* At most: a gap and an entry per syscall, and the foreign ranges. */
+	st->seg = calloc(2 * n + 3, sizeof(*st->seg));
+	if (!st->seg)
+		return -1;
+	for (i = 0; i < n; i++) {
+		uint32_t nr = (uint32_t)v[i].nr, ret;
+		int block;
+
+		if (nr > next)
+			sbx_seg_add(st->seg, &st->nseg, next, gap, -1);
+		sbx_answer(v, i, no_setid, &ret, &block);
+		if (which != SBX_SC_WHOLE && sbx_init_needs(v, i) != (which == SBX_SC_STAGE_RUN))
+			ret = RET_ALLOW, block = -1;
+		sbx_seg_add(st->seg, &st->nseg, nr, ret, block);
+		if (block >= 0)
+			st->block_at[block] = 1;
+		next = nr + 1;
+	}
+	sbx_seg_add(st->seg, &st->nseg, next, gap, -1);
+	/* Other ABIs: the whole filter and the init stage kill, and every
+	 * workload of a staged init is under the init stage. */
+	sbx_seg_add(st->seg, &st->nseg, SBX_SC_FOREIGN_FROM,
+		    which == SBX_SC_STAGE_RUN ? RET_ALLOW : RET_KILL, -1);
+	sbx_seg_add(st->seg, &st->nseg, SBX_SC_FOREIGN_TO + 1, gap, -1);
+	st->len = HEAD_LEN + sbx_tree_size(0, st->nseg - 1);
+	for (i = 0; i < N_OF(sbx_blocks); i++)
+		if (st->block_at[i]) {
+			st->block_at[i] = st->len;
+			st->len += sbx_blocks[i].len;
+		}
+	return 0;
+}
+
+/* Emit a planned stage at f (st->len instructions). */
+static void sbx_stage_emit(struct sock_filter *f, const struct sbx_stage *st)
+{
+	static const struct sock_filter head[HEAD_LEN] = {
+		LD(offsetof(struct seccomp_data, arch)),
+		JEQ(SBX_SC_AUDIT_ARCH, 1, 0),
+		RET(RET_KILL),
+		LD(offsetof(struct seccomp_data, nr)),
+	};
+	size_t pc = HEAD_LEN;
+
+	memcpy(f, head, sizeof(head));
+	sbx_tree_emit(f, &pc, st->seg, 0, st->nseg - 1, st->block_at);
+	for (size_t i = 0; i < N_OF(sbx_blocks); i++)
+		if (st->block_at[i]) {
+			memcpy(f + pc, sbx_blocks[i].insns, sbx_blocks[i].len * sizeof(*f));
+			pc += sbx_blocks[i].len;
+		}
+}
+
 /*
- * See sbx.h.  Called once per session, on the host side.  Layout:
- * the architecture check, the number load, the dispatch tree, then the
- * argument blocks.
+ * See sbx.h.  Called once per session, on the host side.  Each program's
+ * layout: the architecture check, the number load, the dispatch tree, then
+ * the argument blocks it uses.  One allocation holds the three programs'
+ * headers (whole, init stage, run stage: sbx_seccomp_stage) and their
+ * instructions.
  */
 struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *const *allow,
 				       sbx_err *err)
@@ -565,79 +674,53 @@ struct sock_fprog *sbx_seccomp_compile(const char *const *deny, const char *cons
 struct sock_fprog *sbx_seccomp_compile_setid(const char *const *deny, const char *const *allow,
 					     bool no_setid, sbx_err *err)
 {
-	static const struct sock_filter head[] = {
-		LD(offsetof(struct seccomp_data, arch)),
-		JEQ(SBX_SC_AUDIT_ARCH, 1, 0),
-		RET(RET_KILL),
-		LD(offsetof(struct seccomp_data, nr)),
-	};
-	struct sbx_seg *seg = NULL;
+	struct sbx_stage st[SBX_SC_NSTAGES];
 	struct sock_fprog *prog = NULL;
 	struct sock_filter *f;
 	sbx_seccomp_entry *v;
-	size_t n, nseg = 0, i, pc, total;
-	size_t block_at[N_OF(sbx_blocks)] = {0};
-	uint32_t next = 0;
+	size_t n, total = 0;
+	int k;
 
+	memset(st, 0, sizeof(st));
 	v = sbx_seccomp_profile(deny, allow, &n, err);
 	if (!v)
 		return NULL;
-	/* At most: a gap and an entry per syscall, and the foreign ranges. */
-	seg = calloc(2 * n + 3, sizeof(*seg));
-	if (!seg)
-		goto nomem;
-	for (i = 0; i < n; i++) {
-		uint32_t nr = (uint32_t)v[i].nr;
-
-		if (nr > next)
-			sbx_seg_add(seg, &nseg, next, RET_ERRNO(ENOSYS), -1);
-		/* v is by table index, as sbx_base_v is (sbx_seccomp_profile). */
-		if (v[i].action != SBX_SC_REFUSED && no_setid && sbx_base_v[i].setid_block >= 0)
-			sbx_seg_add(seg, &nseg, nr, 0, sbx_base_v[i].setid_block);
-		else if (v[i].action == SBX_SC_ALLOWED)
-			sbx_seg_add(seg, &nseg, nr, RET_ALLOW, -1);
-		else if (v[i].action == SBX_SC_REFUSED)
-			sbx_seg_add(seg, &nseg, nr, RET_ERRNO(v[i].err), -1);
-		else
-			sbx_seg_add(seg, &nseg, nr, 0, sbx_base_v[i].args_block);
-		next = nr + 1;
+	for (k = 0; k < SBX_SC_NSTAGES; k++) {
+		if (sbx_stage_plan(&st[k], v, n, no_setid, k) < 0)
+			goto nomem;
+		if (st[k].len > BPF_MAXINSNS) {
+			sbx_err_set(err, SBX_E_EXECUTION, 0,
+				    "seccomp: the filter is too long (%zu)", st[k].len);
+			goto out;
+		}
+		total += st[k].len;
 	}
-	sbx_seg_add(seg, &nseg, next, RET_ERRNO(ENOSYS), -1);
-	sbx_seg_add(seg, &nseg, SBX_SC_FOREIGN_FROM, RET_KILL, -1);
-	sbx_seg_add(seg, &nseg, SBX_SC_FOREIGN_TO + 1, RET_ERRNO(ENOSYS), -1);
-
-	total = N_OF(head) + sbx_tree_size(0, nseg - 1);
-	for (i = 0; i < N_OF(sbx_blocks); i++) {
-		block_at[i] = total;
-		total += sbx_blocks[i].len;
-	}
-	if (total > BPF_MAXINSNS) {
-		sbx_err_set(err, SBX_E_EXECUTION, 0, "seccomp: the filter is too long (%zu)",
-			    total);
-		goto out;
-	}
-	prog = malloc(sizeof(*prog) + total * sizeof(*f));
+	prog = malloc(SBX_SC_NSTAGES * sizeof(*prog) + total * sizeof(*f));
 	if (!prog)
 		goto nomem;
-	f = (struct sock_filter *)(prog + 1);
-	memcpy(f, head, sizeof(head));
-	pc = N_OF(head);
-	sbx_tree_emit(f, &pc, seg, 0, nseg - 1, block_at);
-	for (i = 0; i < N_OF(sbx_blocks); i++) {
-		memcpy(f + pc, sbx_blocks[i].insns, sbx_blocks[i].len * sizeof(*f));
-		pc += sbx_blocks[i].len;
+	f = (struct sock_filter *)(prog + SBX_SC_NSTAGES);
+	for (k = 0; k < SBX_SC_NSTAGES; k++) {
+		sbx_stage_emit(f, &st[k]);
+		prog[k].len = (unsigned short)st[k].len;
+		prog[k].filter = f;
+		f += st[k].len;
 	}
-	prog->len = (unsigned short)pc;
-	prog->filter = f;
 	goto out;
 nomem:
 	sbx_err_set(err, SBX_E_EXECUTION, ENOMEM, "seccomp: out of memory");
 out:
-	free(seg);
+	for (k = 0; k < SBX_SC_NSTAGES; k++)
+		free(st[k].seg);
 	free(v);
 	return prog;
 }
-#endif /* SBX_SC_ARCH */
+#endif		   /* SBX_SC_ARCH */
+
+/* See sbx.h. */
+const struct sock_fprog *sbx_seccomp_stage(const struct sock_fprog *prog, int stage)
+{
+	return prog && stage > 0 && stage < SBX_SC_NSTAGES && prog[stage].len ? &prog[stage] : NULL;
+}
 
 /* Free a program from sbx_seccomp_compile (one block).  Safe on NULL. */
 void sbx_seccomp_free(struct sock_fprog *prog)

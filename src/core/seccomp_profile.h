@@ -167,6 +167,13 @@ static const struct {
 	{ "move_pages", EPERM },
 };
 
+/* What sbx-init calls between the runs it serves although workloads may
+ * not: the mount calls of its scratch reset (rootfs.c).  Its init stage
+ * allows them; each workload's run stage refuses them (sbx.h). */
+static const char *const sbx_sc_init_needs[] = {
+	"mount", "umount2", "open_tree", "move_mount",
+};
+
 /* Refused by default, but a policy's seccomp.allow may allow them. */
 static const struct {
 	const char *name;

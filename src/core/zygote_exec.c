@@ -13,7 +13,8 @@
  * (this file's format):
  *
  *   - a header, the spawn's bytes (pointers cleared, fds as indices into
- *     the fds sent along), the seccomp program, the carried paths' and
+ *     the fds sent along), the seccomp program and its two stages, the
+ *     carried paths' and
  *     the root entries' offsets, then their strings;
  *   - every length is checked by the reader; a string offset always
  *     lands on a NUL-terminated string inside the blob.
@@ -41,7 +42,7 @@
 
 #define BLOB_MAGIC 0x7a786273u /* "sbxz" */
 /* Bump when the blob's layout changes (the spawn's own size is checked too). */
-#define BLOB_VERSION 3u
+#define BLOB_VERSION 4u
 #define BLOB_MAX_BYTES (64u << 20)
 #define BLOB_SEALS (F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE)
 
@@ -50,6 +51,7 @@ struct blob_hdr {
 	uint32_t version;
 	uint32_t spawn_size; /* sizeof(struct sbx_zygote_spawn) of the packer */
 	uint32_t n_filter;   /* seccomp instructions after the spawn */
+	uint32_t n_stage[2]; /* then the init and run stages' (sbx.h) */
 	uint32_t n_carry;    /* string offsets of the carried paths */
 	uint32_t n_fs;	     /* root entries */
 	uint32_t strings_len;
@@ -163,6 +165,10 @@ int sbx_zygote_pack(const struct sbx_zygote_spawn *sp, int *fds, size_t *nfds, s
 	h.version = BLOB_VERSION;
 	h.spawn_size = sizeof(plain);
 	h.n_filter = sp->cfg.seccomp ? sp->cfg.seccomp->len : 0;
+	for (int k = 0; k < 2; k++) {
+		const struct sock_fprog *stage = sbx_seccomp_stage(sp->cfg.seccomp, k + 1);
+		h.n_stage[k] = stage ? stage->len : 0;
+	}
 	h.n_fs = (uint32_t)n_fs;
 	*nfds = 0;
 	/* fds travel as indices into what is sent along. */
@@ -212,9 +218,13 @@ int sbx_zygote_pack(const struct sbx_zygote_spawn *sp, int *fds, size_t *nfds, s
 				  MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	ok = ok && fd >= 0 && write(fd, &h, sizeof(h)) == sizeof(h) &&
 	     write(fd, &plain, sizeof(plain)) == sizeof(plain);
-	size_t flen = h.n_filter * sizeof(struct sock_filter);
-	if (ok && flen)
-		ok = write(fd, sp->cfg.seccomp->filter, flen) == (ssize_t)flen;
+	for (int k = 0; k < 3; k++) {
+		const struct sock_fprog *f =
+			k ? sbx_seccomp_stage(sp->cfg.seccomp, k) : sp->cfg.seccomp;
+		size_t flen = (k ? h.n_stage[k - 1] : h.n_filter) * sizeof(struct sock_filter);
+		if (ok && flen)
+			ok = write(fd, f->filter, flen) == (ssize_t)flen;
+	}
 	if (ok && h.n_carry)
 		ok = write(fd, carry, h.n_carry * sizeof(carry[0])) ==
 		     (ssize_t)(h.n_carry * sizeof(carry[0]));
@@ -288,7 +298,8 @@ static int fd_at(int i, const int *fds, size_t nfds, bool *ok)
 
 int sbx_zygote_unpack(int blob, const int *fds, size_t nfds, struct sbx_zygote_spawn *sp)
 {
-	static struct sock_fprog prog;
+	/* As sbx_seccomp_compile lays them out: whole, init, run. */
+	static struct sock_fprog prog[SBX_SC_NSTAGES];
 	struct blob_hdr h;
 	struct stat st;
 	bool ok = true;
@@ -300,19 +311,26 @@ int sbx_zygote_unpack(int blob, const int *fds, size_t nfds, struct sbx_zygote_s
 	if (!buf || pread(blob, buf, (size_t)st.st_size, 0) != st.st_size)
 		return -1;
 	memcpy(&h, buf, sizeof(h));
-	uint64_t want = sizeof(h) + (uint64_t)sizeof(*sp) +
-			(uint64_t)h.n_filter * sizeof(struct sock_filter) +
-			(uint64_t)h.n_carry * sizeof(uint32_t) +
-			(uint64_t)h.n_fs * sizeof(struct blob_fs) + h.strings_len;
+	uint64_t want =
+		sizeof(h) + (uint64_t)sizeof(*sp) +
+		((uint64_t)h.n_filter + h.n_stage[0] + h.n_stage[1]) * sizeof(struct sock_filter) +
+		(uint64_t)h.n_carry * sizeof(uint32_t) + (uint64_t)h.n_fs * sizeof(struct blob_fs) +
+		h.strings_len;
 	if (h.magic != BLOB_MAGIC || h.version != BLOB_VERSION || h.spawn_size != sizeof(*sp) ||
-	    h.n_filter > BPF_MAXINSNS || h.n_carry > SBX_MAX_CARRY || h.n_fs > SBX_FS_MAX_ENTRIES ||
-	    want != (uint64_t)st.st_size)
+	    h.n_filter > BPF_MAXINSNS || h.n_stage[0] > BPF_MAXINSNS ||
+	    h.n_stage[1] > BPF_MAXINSNS || !h.n_filter != !h.n_stage[0] ||
+	    !h.n_stage[0] != !h.n_stage[1] || h.n_carry > SBX_MAX_CARRY ||
+	    h.n_fs > SBX_FS_MAX_ENTRIES || want != (uint64_t)st.st_size)
 		return -1;
 	const char *p = buf + sizeof(h);
 	memcpy(sp, p, sizeof(*sp));
 	p += sizeof(*sp);
-	struct sock_filter *filter = (struct sock_filter *)(void *)p;
-	p += h.n_filter * sizeof(struct sock_filter);
+	uint32_t lens[SBX_SC_NSTAGES] = {h.n_filter, h.n_stage[0], h.n_stage[1]};
+	for (int k = 0; k < SBX_SC_NSTAGES; k++) {
+		prog[k].len = (unsigned short)lens[k];
+		prog[k].filter = (struct sock_filter *)(void *)p;
+		p += lens[k] * sizeof(struct sock_filter);
+	}
 	const char *carry = p;
 	p += h.n_carry * sizeof(uint32_t);
 	const char *fsp = p;
@@ -356,9 +374,7 @@ int sbx_zygote_unpack(int blob, const int *fds, size_t nfds, struct sbx_zygote_s
 	sp->cfg.ctl_fd = fd_at(sp->cfg.ctl_fd, fds, nfds, &ok);
 	for (int i = 0; i < SBX_CG_NCTL; i++)
 		sp->procs[i] = fd_at(sp->procs[i], fds, nfds, &ok);
-	prog.len = (unsigned short)h.n_filter;
-	prog.filter = filter;
-	sp->cfg.seccomp = h.n_filter ? &prog : NULL;
+	sp->cfg.seccomp = h.n_filter ? prog : NULL;
 	sp->cfg.bwrap_argv = NULL;
 	sp->cfg.host_work_dir = NULL;
 	return ok && sp->cfg.ctl_fd >= 0 && sp->sync_fd >= 0 ? 0 : -1;

@@ -9,6 +9,11 @@
  * otherwise 1 after printing what went wrong.  Calls are chosen so that
  * without the filter they would answer differently (succeed, or fail with
  * another errno), so each check fails if its rule is missing.
+ *
+ * Every check runs twice: with the whole filter, and staged as a reused
+ * sbx-init has it (the init stage, then the run stage on top: sbx.h), which
+ * must answer every call the same.  test_seccomp_stages.c compares the two
+ * for every number and argument shape without the kernel.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -65,6 +70,8 @@
 
 static const char *const extra_deny[] = {"getcwd", NULL};
 static struct sock_fprog *prog;
+/* The second group: children install the filter's two stages. */
+static bool staged;
 
 static int group_setup(void **state)
 {
@@ -77,6 +84,12 @@ static int group_setup(void **state)
 		return -1;
 	}
 	return 0;
+}
+
+static int group_setup_staged(void **state)
+{
+	staged = true;
+	return group_setup(state);
 }
 
 static int group_teardown(void **state)
@@ -102,7 +115,15 @@ static int run_child_with(int (*fn)(void), const struct sock_fprog *filter)
 		if (filter) {
 			if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 				_exit(100);
-			if (sbx_seccomp_install(filter, &err) != 0) {
+			if (staged &&
+			    (sbx_seccomp_install(sbx_seccomp_stage(filter, SBX_SC_STAGE_INIT),
+						 &err) != 0 ||
+			     sbx_seccomp_install(sbx_seccomp_stage(filter, SBX_SC_STAGE_RUN),
+						 &err) != 0)) {
+				fprintf(stderr, "install the stages: %s\n", err.msg);
+				_exit(101);
+			}
+			if (!staged && sbx_seccomp_install(filter, &err) != 0) {
 				fprintf(stderr, "install: %s\n", err.msg);
 				_exit(101);
 			}
@@ -760,5 +781,8 @@ int main(void)
 #endif
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	int failed =
+		cmocka_run_group_tests_name("whole filter", tests, group_setup, group_teardown);
+	return failed + cmocka_run_group_tests_name("init and run stages", tests,
+						    group_setup_staged, group_teardown);
 }
