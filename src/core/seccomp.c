@@ -169,6 +169,7 @@ struct sbx_base {
 	sbx_seccomp_entry e;
 	int args_block;	 /* SBX_SC_ARGS: its argument block */
 	int setid_block; /* the setid guard's block, or -1 */
+	bool init_need;	 /* in sbx_sc_init_needs */
 };
 static struct sbx_base sbx_base_v[N_OF(SBX_SC_TABLE)];
 static pthread_once_t sbx_base_once = PTHREAD_ONCE_INIT;
@@ -182,6 +183,8 @@ static void sbx_base_init(void)
 		b->e.nr = SBX_SC_TABLE[i].nr;
 		b->args_block = sbx_args_block(SBX_SC_TABLE[i].name);
 		b->setid_block = sbx_setid_block(SBX_SC_TABLE[i].name);
+		for (size_t k = 0; k < N_OF(sbx_sc_init_needs); k++)
+			b->init_need |= strcmp(sbx_sc_init_needs[k], SBX_SC_TABLE[i].name) == 0;
 	}
 }
 #endif
@@ -563,10 +566,8 @@ static int sbx_setid_block(const char *name)
  * calls many of the allowed ones, and a policy may name any of them). */
 static bool sbx_init_needs(const sbx_seccomp_entry *v, size_t i)
 {
-	for (size_t k = 0; k < N_OF(sbx_sc_init_needs); k++)
-		if (strcmp(sbx_sc_init_needs[k], v[i].name) == 0)
-			return true;
-	return sbx_base_v[i].e.action != SBX_SC_REFUSED && v[i].action == SBX_SC_REFUSED;
+	return sbx_base_v[i].init_need ||
+	       (sbx_base_v[i].e.action != SBX_SC_REFUSED && v[i].action == SBX_SC_REFUSED);
 }
 
 /* One program of the set (see sbx_seccomp_compile_setid): its segments,
