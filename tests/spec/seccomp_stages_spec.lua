@@ -3,9 +3,10 @@
 -- init.c).  A policy's deny list must reach every workload of such an init
 -- and never init itself: init calls socketpair and timerfd_create for every
 -- run it serves and kill to end what a run left behind.  If the init stage
--- carried the deny list, the second run would be refused (no socketpair)
--- or never end (no kill).  The unit tests (test_seccomp_stages.c) show the
--- two stages answer as the whole filter for every call.
+-- carried the deny list, a run would be refused (no socketpair) or its
+-- leftovers would live on (no kill).  The unit tests
+-- (test_seccomp_stages.c) show the two stages answer as the whole filter
+-- for every call.
 
 local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local H = dofile(here .. "sec_helpers.lua")
