@@ -565,6 +565,17 @@ static __attribute__((noinline)) pid_t start_workload(const struct sbx_zygote_cf
 	return pid;
 }
 
+/* refuse() for an init's first run: with a memory ceiling the host sends
+ * the request only once the workload said it exists ("w"), which a
+ * workload never forked cannot say. */
+static __attribute__((noreturn)) void refuse_first(const struct sbx_zygote_cfg *cfg, int hsock,
+						   const char *why)
+{
+	if (cfg->memory_limited)
+		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
+	refuse(hsock, why);
+}
+
 /*
  * With a memory ceiling: wait until the host has put us in the run's own
  * cgroup ("P": placer.c), so the workload is born in it, then root a
@@ -584,9 +595,7 @@ static void wait_placed(const struct sbx_zygote_cfg *cfg, int hsock)
 	if (!cfg->none && unshare(CLONE_NEWCGROUP) != 0) {
 		char why[96];
 		snprintf(why, sizeof(why), "cgroup namespace: %s", strerror(errno));
-		/* The host sends the request once it sees "w". */
-		(void)!send(hsock, "w", 1, MSG_NOSIGNAL);
-		refuse(hsock, why);
+		refuse_first(cfg, hsock, why);
 	}
 }
 
@@ -626,7 +635,7 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 	if (staged < 0) {
 		if (reused)
 			_exit(1);
-		refuse(hsock, serr.msg);
+		refuse_first(cfg, hsock, serr.msg);
 	}
 	const struct sock_fprog *filter =
 		staged ? sbx_seccomp_stage(cfg->seccomp, SBX_SC_STAGE_RUN) : cfg->seccomp;
@@ -638,9 +647,10 @@ static bool serve(const struct sbx_zygote_cfg *cfg, int hsock, int sfd, bool reu
 			continue;
 		if (reused)
 			_exit(1);
-		refuse(hsock, errno == EAGAIN ? "fork the workload: the session is at its pids "
-						"ceiling"
-					      : strerror(errno));
+		refuse_first(cfg, hsock,
+			     errno == EAGAIN ? "fork the workload: the session is at its pids "
+					       "ceiling"
+					     : strerror(errno));
 	}
 	close(wsock[1]);
 	/* The request goes straight to the workload. */

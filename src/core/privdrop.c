@@ -95,6 +95,11 @@ static int drop_native(const struct sbx_zygote_cfg *cfg, const struct sock_fprog
 		return failed_err(f);
 	if (close_on_exec() < 0)
 		return failed(f, "close fds");
+	/* The run stage refuses only what init's stage allows: never alone. */
+	if (filter != cfg->seccomp && prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2) {
+		errno = EPERM;
+		return failed(f, "seccomp: the run stage without init's stage");
+	}
 	if (sbx_seccomp_install(filter, &f->err) < 0)
 		return failed_err(f);
 	return 0;

@@ -63,3 +63,43 @@ for _, backend in ipairs { "userns", "privileged" } do
     end)
   end)
 end
+
+-- An init that cannot take its stage (the filter budget of 32768
+-- instructions is used up: tests/security/helpers/filter_budget.c runs
+-- sbxlua under it) refuses the run at once, naming seccomp, with a memory
+-- ceiling too, where the host waits for the workload's "w" before it sends
+-- the request: without it, the open retried for 50 s and then said only
+-- that the runs die before they start.
+describe("userns backend: an init that cannot take its filter stage", function()
+  local dir
+
+  setup(function() dir = H.mktemp_dir("stages-budget") end)
+  teardown(function() if dir then H.rmtree(dir) end end)
+
+  -- Run one exec in a session of opts under sbxlua (wrapped by prefix):
+  -- "ok" or the error's message.
+  local function first_run(prefix, opts)
+    H.write_file(dir .. "/run.lua", ([[
+local sbx = require "sbx"
+local s = sbx.session { backend = "userns", %s }
+local ok, res = pcall(s.exec, s, "/bin/true")
+io.write("RESULT ", ok and res.returncode == 0 and "ok" or tostring(type(res) == "table" and res.message or res), "\n")
+s:close()
+]]):format(opts))
+    return H.sh(("%s timeout 120 %s %s 2>&1"):format(prefix, H.q(H.SBXLUA), H.q(dir .. "/run.lua")), true)
+  end
+
+  for _, opts in ipairs { "", "memory_mb = 256" } do
+    it("refuses the run at once, naming seccomp (" .. (opts == "" and "no ceiling" or opts) .. ")", function()
+      -- Control: the same session runs without the wrapper.
+      local out = first_run("", opts)
+      if opts ~= "" and not out:find("RESULT ok", 1, true) and out:find("cgroup", 1, true) then
+        return pending("memory ceilings are not available here: " .. out)
+      end
+      assert.truthy(out:find("RESULT ok", 1, true), out)
+      out = first_run(H.q(H.compile("filter_budget")), opts)
+      assert.truthy(out:find("filter_budget: %d+ filters"), out)
+      assert.truthy(out:find("RESULT seccomp: installing the filter: Cannot allocate memory", 1, true), out)
+    end)
+  end
+end)

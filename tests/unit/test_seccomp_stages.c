@@ -10,7 +10,9 @@
  * of the instructions seccomp.c emits, for every syscall number, the other
  * ABIs, and the argument values the argument blocks look at; the control is
  * that the init stage alone differs from the whole filter where it must.
- * test_seccomp.c runs its kernel checks staged as well.
+ * test_seccomp.c runs its kernel checks staged as well.  The workload's
+ * privilege drop refuses to install the run stage without a filter under
+ * it (the run stage alone allows what only the init stage refuses).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -38,6 +40,7 @@
 
 #include <cmocka.h>
 
+#include "internal.h"
 #include "sbx.h"
 
 #ifndef TIOCLINUX
@@ -314,12 +317,61 @@ static void test_init_stage_alone(void **state)
 	run_child(2, true);  /* a workload's two stages refuse them again */
 }
 
+/* A workload's privilege drop (privdrop.c) with the run stage: refused on
+ * a task without a filter, done on one under the init stage (the
+ * control).  In a child: it changes ids, capabilities and filters. */
+static int child_drop(bool init_stage)
+{
+	sbx_err err = {0};
+	struct sock_fprog *whole = sbx_seccomp_compile(NULL, NULL, &err);
+	struct sbx_zygote_cfg cfg;
+	struct sbx_privdrop_fail f;
+
+	if (!whole)
+		return 100;
+	memset(&cfg, 0, sizeof(cfg));
+	cfg.seccomp = whole;
+	cfg.uid = getuid();
+	cfg.gid = getgid();
+	if (init_stage &&
+	    (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+	     sbx_seccomp_install(sbx_seccomp_stage(whole, SBX_SC_STAGE_INIT), &err) != 0))
+		return 101;
+	int rc = sbx_privdrop(&cfg, sbx_seccomp_stage(whole, SBX_SC_STAGE_RUN), &f);
+	if (init_stage)
+		return rc == 0 ? 0 : (fprintf(stderr, "drop: %s\n", f.what), 1);
+	if (rc == 0 || !strstr(f.what, "run stage without")) {
+		fprintf(stderr, "drop without init's stage: rc %d, %s\n", rc,
+			f.what ? f.what : "-");
+		return 1;
+	}
+	/* Nothing was installed. */
+	return prctl(PR_GET_SECCOMP, 0, 0, 0, 0) == 0 ? 0 : 2;
+}
+
+static void test_run_stage_never_alone(void **state)
+{
+	(void)state;
+	for (int init_stage = 0; init_stage <= 1; init_stage++) {
+		int status;
+		fflush(NULL);
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(child_drop(init_stage));
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_default_profile),
 		cmocka_unit_test(test_narrowed_widened_setid),
 		cmocka_unit_test(test_init_stage_alone),
+		cmocka_unit_test(test_run_stage_never_alone),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
