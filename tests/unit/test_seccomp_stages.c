@@ -282,45 +282,51 @@ static int child_calls(bool whole)
 	return bad;
 }
 
-static void run_child(int stages, int want_whole)
+/* Run fn(arg) in a child, which must exit 0. */
+static void assert_child_ok(int (*fn)(int), int arg)
 {
-	sbx_err err = {0};
-	struct sock_fprog *whole = sbx_seccomp_compile(narrowed, NULL, &err);
 	int status;
 
-	if (!whole)
-		fail_msg("compile: %s", err.msg);
 	fflush(NULL);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
-	if (pid == 0) {
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-			_exit(100);
-		for (int k = 1; k <= stages; k++)
-			if (sbx_seccomp_install(sbx_seccomp_stage(whole, k), &err) != 0)
-				_exit(101);
-		if (!stages && sbx_seccomp_install(whole, &err) != 0)
-			_exit(101);
-		_exit(child_calls(want_whole));
-	}
+	if (pid == 0)
+		_exit(fn(arg));
 	assert_int_equal(waitpid(pid, &status, 0), pid);
-	sbx_seccomp_free(whole);
 	assert_true(WIFEXITED(status));
 	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Under the whole filter (stages 0), the init stage (1) or both (2): the
+ * calls answer as the whole filter does, except under the init stage
+ * alone. */
+static int child_staged_calls(int stages)
+{
+	sbx_err err = {0};
+	struct sock_fprog *whole = sbx_seccomp_compile(narrowed, NULL, &err);
+
+	if (!whole || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return 100;
+	for (int k = 1; k <= stages; k++)
+		if (sbx_seccomp_install(sbx_seccomp_stage(whole, k), &err) != 0)
+			return 101;
+	if (!stages && sbx_seccomp_install(whole, &err) != 0)
+		return 101;
+	return child_calls(stages != 1);
 }
 
 static void test_init_stage_alone(void **state)
 {
 	(void)state;
-	run_child(0, true);  /* control: the whole filter refuses them */
-	run_child(1, false); /* init's stage lets them through */
-	run_child(2, true);  /* a workload's two stages refuse them again */
+	assert_child_ok(child_staged_calls, 0); /* control: the whole filter refuses them */
+	assert_child_ok(child_staged_calls, 1); /* init's stage lets them through */
+	assert_child_ok(child_staged_calls, 2); /* a workload's two stages refuse them again */
 }
 
 /* A workload's privilege drop (privdrop.c) with the run stage: refused on
  * a task without a filter, done on one under the init stage (the
  * control).  In a child: it changes ids, capabilities and filters. */
-static int child_drop(bool init_stage)
+static int child_drop(int init_stage)
 {
 	sbx_err err = {0};
 	struct sock_fprog *whole = sbx_seccomp_compile(NULL, NULL, &err);
@@ -352,17 +358,8 @@ static int child_drop(bool init_stage)
 static void test_run_stage_never_alone(void **state)
 {
 	(void)state;
-	for (int init_stage = 0; init_stage <= 1; init_stage++) {
-		int status;
-		fflush(NULL);
-		pid_t pid = fork();
-		assert_true(pid >= 0);
-		if (pid == 0)
-			_exit(child_drop(init_stage));
-		assert_int_equal(waitpid(pid, &status, 0), pid);
-		assert_true(WIFEXITED(status));
-		assert_int_equal(WEXITSTATUS(status), 0);
-	}
+	assert_child_ok(child_drop, 0);
+	assert_child_ok(child_drop, 1);
 }
 
 int main(void)
