@@ -26,6 +26,8 @@
  *
  * A session userdata closes its session when collected.
  */
+#define _GNU_SOURCE /* dladdr, RTLD_NODELETE */
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -531,9 +533,26 @@ static const struct {
 	{"PIPE", SIGPIPE}, {"TSTP", SIGTSTP}, {"WINCH", SIGWINCH},
 };
 
+/* Loaded as a module (the rock, a stock luajit), this object must outlive
+ * lua_close: libsbx's threads (the template's parent, the reaper, the
+ * spares' refill) never exit and run its code, and LuaJIT dlcloses C
+ * modules at lua_close, which unmapped it under them (a SIGSEGV at exit
+ * whenever one woke up after that).  RTLD_NODELETE on the loaded object
+ * keeps it mapped until the process ends.  Linked into sbxlua or sbxd,
+ * this names the program itself, which is never unloaded anyway. */
+static void pin_module(void)
+{
+	Dl_info info;
+
+	if (dladdr((void *)pin_module, &info) && info.dli_fname)
+		(void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
 int luaopen_sbx_core(lua_State *L)
 {
 	size_t i;
+
+	pin_module();
 
 	lsbx_register_class(L, LSBX_SESSION_MT, session_methods, l_session_gc, l_session_tostring);
 	lsbx_run_register(L);
