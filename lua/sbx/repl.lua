@@ -181,13 +181,15 @@ function Shell:run_tty(cmd)
       local out = p:read("stdout", TTY_SLICE_MS / 1000)
       if out == nil then break end
       if out ~= "" then io.stdout:write(out) io.stdout:flush() end
-      local keys = tty.read(out == "" and 0 or 0)
-      if keys == nil then p:close_stdin() elseif keys ~= "" then p:write(keys) end
+      -- The size first: keys typed after a resize must reach a run that
+      -- has it (`stty size` typed right after one printed the old size).
       local r, c = tty.size()
       if r and (r ~= rows or c ~= cols) then
         rows, cols = r, c
         p:resize(rows, cols)
       end
+      local keys = tty.read(out == "" and 0 or 0)
+      if keys == nil then p:close_stdin() elseif keys ~= "" then p:write(keys) end
     end
     p:wait()
   end)
