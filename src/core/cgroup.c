@@ -94,7 +94,13 @@ static int put(const char *dir, const char *name, const char *text, sbx_err *err
 	if (fd < 0)
 		return sbx_err_set(err, SBX_E_BACKEND_UNAVAILABLE, errno, "cgroup: open %s: %s",
 				   path, strerror(errno));
-	ssize_t n = write(fd, text, strlen(text));
+	/* v1's memory limits fail with EINTR whenever a signal is pending
+	 * (mem_cgroup_resize_max checks before it tries, and does not
+	 * restart): the caller's SIGCHLD made a session fail to open. */
+	ssize_t n;
+	int tries = 0;
+	while ((n = write(fd, text, strlen(text))) < 0 && errno == EINTR && ++tries < 100)
+		;
 	int saved = errno;
 	close(fd);
 	if (n != (ssize_t)strlen(text))

@@ -21,6 +21,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -276,6 +277,67 @@ static void test_v2_run_cgroup(void **state)
 	write_file(rc.dir, "cgroup.procs", "");
 	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
 	sbx_cgroup_destroy(&cg, NULL);
+}
+
+static void on_alarm(int signo)
+{
+	(void)signo;
+}
+
+/* A 20 us interval timer: a signal is pending at many a write. */
+static void alarm_storm(bool on)
+{
+	struct sigaction sa = {.sa_handler = on_alarm, .sa_flags = SA_RESTART};
+	struct itimerval it = {{0, on ? 20 : 0}, {0, on ? 20 : 0}};
+	sigaction(SIGALRM, &sa, NULL);
+	setitimer(ITIMER_REAL, &it, NULL);
+}
+
+/* The real v1 memory controller (root only; a pure v2 machine skips:
+ * v2's memory.max does not fail on a signal).  Its limit writes fail
+ * with EINTR while a signal is pending, SA_RESTART or not: a session's
+ * open must not. */
+static void test_v1_limits_under_signals(void **state)
+{
+	(void)state;
+	const char *real = "/sys/fs/cgroup";
+	char probe[PATH_MAX], limit[PATH_MAX + 32];
+	snprintf(probe, sizeof(probe), "%s/memory/sbx-eintr-%d", real, (int)getpid());
+	snprintf(limit, sizeof(limit), "%s/memory.limit_in_bytes", probe);
+	if (geteuid() != 0 || access("/sys/fs/cgroup/memory/memory.limit_in_bytes", W_OK) != 0 ||
+	    mkdir(probe, 0755) != 0)
+		skip();
+	/* Control: the probe sees the kernel's EINTR at all. */
+	int eintr = 0;
+	alarm_storm(true);
+	for (int i = 0; i < 20000 && !eintr; i++) {
+		int fd = open(limit, O_WRONLY | O_CLOEXEC);
+		if (fd >= 0 && write(fd, "268435456", 9) < 0 && errno == EINTR)
+			eintr++;
+		if (fd >= 0)
+			close(fd);
+	}
+	alarm_storm(false);
+	rmdir(probe);
+	if (!eintr)
+		skip(); /* a kernel that restarts them: nothing to show */
+	sbx_cgroup_limits lim = {.memory_bytes = 256u << 20, .cpu_milli = 1500, .pids_max = 100};
+	int failed = 0;
+	char id[64];
+	alarm_storm(true);
+	for (int i = 0; i < 300; i++) {
+		sbx_cgroup cg;
+		sbx_err err = {0};
+		snprintf(id, sizeof(id), "eintr-%d-%d", (int)getpid(), i);
+		if (sbx_cgroup_create(&cg, real, id, &lim, &err) != 0) {
+			failed++;
+			print_message("create: %s\n", err.msg);
+			continue;
+		}
+		sbx_cgroup_destroy(&cg, NULL);
+	}
+	alarm_storm(false);
+	assert_int_equal(failed, 0);
 }
 
 static void test_v2_run_cgroup_kill_file(void **state)
@@ -597,6 +659,7 @@ int main(void)
 		cmocka_unit_test(test_devrule_parse),
 		cmocka_unit_test(test_v2_device_program_enforces),
 		cmocka_unit_test_setup_teardown(test_v1_limits, setup, teardown),
+		cmocka_unit_test(test_v1_limits_under_signals),
 		cmocka_unit_test_setup_teardown(test_v1_missing_hierarchy, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_device_rule, setup, teardown),
 		cmocka_unit_test(test_no_limits_no_cgroup),
