@@ -584,6 +584,7 @@ static int move_pid(const char *dir, long pid, sbx_err *err)
 int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err)
 {
 	memset(rc, 0, sizeof(*rc));
+	rc->score_fd = -1;
 	if (!cg->oom_path[0])
 		return 0;
 	pid_t pid = pidfd_pid(pidfd);
@@ -637,22 +638,47 @@ fail:;
 	return -1;
 }
 
-int sbx_cgroup_run_claim(const sbx_run_cgroup *rc, int pidfd)
+/* Init's own oom_score_adj, opened once: the open file stays bound to
+ * that process (a write after it died fails with ESRCH), so its later
+ * runs need neither its pid looked up again nor the file opened. */
+static int hold_score(sbx_run_cgroup *rc, int pidfd)
+{
+	char path[64];
+	pid_t pid = pidfd_pid(pidfd);
+	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
+	int fd = pid > 0 ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+	/* The pidfd says the pid was still init's when the file was opened. */
+	struct pollfd dead = {pidfd, POLLIN, 0};
+	if (fd >= 0 && poll(&dead, 1, 0) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0)
+		return -1;
+	rc->score_fd = fd;
+	rc->init_pid = pid;
+	return 0;
+}
+
+int sbx_cgroup_run_claim(sbx_run_cgroup *rc, int pidfd)
 {
 	if (!rc->version)
 		return 0;
-	pid_t pid = pidfd_pid(pidfd);
 	char path[96], kids[4096];
-	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)pid, (int)pid);
-	/* No /proc entry: init died (the OOM killer takes idle inits too);
-	 * the caller takes another. */
-	if (pid < 0 || slurp(path, "children", kids, sizeof(kids)) < 0) {
+	/* init died (the OOM killer takes idle inits too): the caller takes
+	 * another.  Then init, and the workload it has forked (which has no
+	 * request yet, so forks nothing): what it forks later copies the
+	 * score. */
+	if ((rc->score_fd < 0 && hold_score(rc, pidfd) < 0) ||
+	    pwrite(rc->score_fd, "1000", 4, 0) != 4) {
 		errno = ESRCH;
 		return -1;
 	}
-	/* init, then the workload it has forked (which has no request yet,
-	 * so forks nothing): what it forks later copies the score. */
-	oom_first(pid);
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)rc->init_pid, (int)rc->init_pid);
+	if (slurp(path, "children", kids, sizeof(kids)) < 0) {
+		errno = ESRCH;
+		return -1;
+	}
 	for (char *p = kids, *end; *p; p = end) {
 		long kid = strtol(p, &end, 10);
 		if (end == p)
@@ -699,6 +725,9 @@ int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
 	int64_t n = sbx_cgroup_run_oom_kills(rc);
 	struct sbx_cg_tally *t = rc->tally;
 	int none = SPARE_NONE;
+	if (rc->score_fd >= 0)
+		close(rc->score_fd);
+	rc->score_fd = -1;
 	/* Empty, and the session goes on: keep it for the next run (if no
 	 * other run has kept one already). */
 	if (t && __atomic_load_n(&t->open, __ATOMIC_ACQUIRE) && kill_listed(rc->dir) == 0 &&
@@ -730,35 +759,37 @@ int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
  * serve the next run together: no clone, no migration, no mkdir.  The
  * run's OOM count starts from the counter as the next run takes it. */
 
-void sbx_cgroup_run_idle(int pidfd)
+void sbx_cgroup_run_idle(const sbx_run_cgroup *rc)
 {
-	/* Claimed, init had 1000; idle it is a warm run again (500).  The
-	 * pidfd says the pid was still init's when the file was opened. */
-	pid_t pid = pidfd_pid(pidfd);
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
-	int fd = pid > 0 ? open(path, O_WRONLY | O_CLOEXEC) : -1;
-	struct pollfd dead = {pidfd, POLLIN, 0};
-	if (fd >= 0 && poll(&dead, 1, 0) == 0)
-		(void)!write(fd, "500", 3);
-	if (fd >= 0)
-		close(fd);
+	/* Claimed, init had 1000; idle it is a warm run again (500). */
+	if (rc->version && rc->score_fd >= 0)
+		(void)!pwrite(rc->score_fd, "500", 3, 0);
 }
 
 void sbx_cgroup_run_release(sbx_run_cgroup *rc)
 {
+	if (rc->version && rc->score_fd >= 0)
+		close(rc->score_fd);
+	rc->score_fd = -1;
 	tally_unref(&rc->tally);
 	rc->version = 0;
 }
 
-void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, sbx_run_cgroup *rc)
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, pid_t pid, int score_fd,
+			  sbx_run_cgroup *rc)
 {
 	memset(rc, 0, sizeof(*rc));
-	if (!cg->oom_path[0] || !seq)
+	rc->score_fd = -1;
+	if (!cg->oom_path[0] || !seq) {
+		if (score_fd >= 0)
+			close(score_fd);
 		return;
+	}
 	const char *parent = cg->version == 2 ? cg->dir[0] : cg->dir[SBX_CG_MEMORY];
 	rc->version = cg->version;
 	rc->seq = seq;
+	rc->score_fd = score_fd;
+	rc->init_pid = score_fd >= 0 ? pid : 0;
 	snprintf(rc->dir, sizeof(rc->dir), "%.4000s/run-%u", parent, seq);
 	snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/%s", rc->dir,
 		 cg->version == 2 ? "memory.events" : "memory.oom_control");
@@ -770,7 +801,7 @@ void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, sbx_run_cgroup *rc
 void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq)
 {
 	sbx_run_cgroup rc;
-	sbx_cgroup_run_adopt(cg, seq, &rc);
+	sbx_cgroup_run_adopt(cg, seq, 0, -1, &rc);
 	sbx_cgroup_run_kill(&rc);
 	sbx_cgroup_run_remove(&rc);
 }

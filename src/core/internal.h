@@ -452,6 +452,11 @@ typedef struct sbx_run_cgroup {
 	struct sbx_cg_tally *tally; /* the session's, shared */
 	uint32_t seq;		    /* its name: run-<seq> */
 	bool ready;		    /* a given-back init's: its workload said "r" (no "w" comes) */
+	/* Its init once claimed (-1/0 before): its oom_score_adj held open and
+	 * its host pid, kept across the init's runs (reuse), so a reused
+	 * run's claim and idle are a write each, not a lookup and an open. */
+	int score_fd;
+	pid_t init_pid;
 } sbx_run_cgroup;
 
 const char *sbx_cgroup_default_root(void);
@@ -494,20 +499,23 @@ int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err);
 int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err);
 /* The placed run is taken: oom_score_adj 1000 for its init and the
  * workload init forked (the OOM killer's first choice; idle runs have
- * 500).  -1 with errno ESRCH when init is gone.  0 on version 0. */
-int sbx_cgroup_run_claim(const sbx_run_cgroup *rc, int pidfd);
+ * 500).  The first claim opens init's score (rc->score_fd).  -1 with
+ * errno ESRCH when init is gone.  0 on version 0. */
+int sbx_cgroup_run_claim(sbx_run_cgroup *rc, int pidfd);
 /* The run's own oom_kill count, or -1. */
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc);
 /* Init reuse at a memory ceiling: an init whose run ended
  * cleanly keeps its run cgroup (only it is left in there: its PID
- * namespace is empty) and goes back to the session with rc's seq.
- * idle: its init's OOM score back to an idle run's (500).  release: rc
- * let go of, the cgroup left as it is.  adopt: rc again for the session's next run
- * of that init, its OOM counter read now.  drop: an idle init let go,
- * its cgroup emptied and removed (or kept as the spare). */
-void sbx_cgroup_run_idle(int pidfd);
+ * namespace is empty) and goes back to the session with rc's seq, pid
+ * and score_fd.  idle: its init's OOM score back to an idle run's (500).
+ * release: rc let go of (its score_fd closed), the cgroup left as it is.
+ * adopt: rc again for the session's next run of that init (taking
+ * score_fd, or -1), its OOM counter read now.  drop: an idle init let
+ * go, its cgroup emptied and removed (or kept as the spare). */
+void sbx_cgroup_run_idle(const sbx_run_cgroup *rc);
 void sbx_cgroup_run_release(sbx_run_cgroup *rc);
-void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, sbx_run_cgroup *rc);
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, pid_t pid, int score_fd,
+			  sbx_run_cgroup *rc);
 void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq);
 /* SIGKILL every process of the run (v2: cgroup.kill; else pid by pid
  * until the list is empty, a bounded number of passes); how many were
@@ -573,11 +581,13 @@ int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
  * the session's inits serve one run each. */
 int sbx_session_reuse_fd(const sbx_session *s);
 /* The message a run gives its init back with (and the init's pidfd and
- * request socket): with a memory ceiling cg_seq names the run cgroup the
- * init stays in (run-<cg_seq>), 0 otherwise. */
+ * request socket, and with a memory ceiling its held oom_score_adj): with
+ * a memory ceiling cg_seq names the run cgroup the init stays in
+ * (run-<cg_seq>) and init_pid is its host pid, both 0 otherwise. */
 struct sbx_back {
 	struct sbx_proto_offer off;
 	uint32_t cg_seq;
+	int32_t init_pid;
 };
 
 /* uid/gid maps (userns.c): 1000 -> host_uid/host_gid; with aux != 0 (host

@@ -529,12 +529,14 @@ static void finish(sbx_run *r)
 	bool back = false;
 	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
 	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
-		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode}, r->cg.seq};
-		int fds[2] = {r->pidfd, r->sock};
+		bool held = r->cg.version && r->cg.score_fd >= 0;
+		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode},
+				       r->cg.seq,
+				       held ? (int32_t)r->cg.init_pid : 0};
+		int fds[3] = {r->pidfd, r->sock, held ? r->cg.score_fd : -1};
 		/* Idle again before the session can take it. */
-		if (r->cg.version)
-			sbx_cgroup_run_idle(r->pidfd);
-		back = sbx_proto_send_fds(r->reuse_fd, &msg, sizeof(msg), fds, 2) == 0;
+		sbx_cgroup_run_idle(&r->cg);
+		back = sbx_proto_send_fds(r->reuse_fd, &msg, sizeof(msg), fds, held ? 3 : 2) == 0;
 	}
 	/* Nothing of the run outlives it (backend "none" has no PID namespace
 	 * to end it): what is left in its cgroup is killed as it goes (or is

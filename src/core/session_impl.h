@@ -88,7 +88,11 @@ struct sbx_session {
 	int inbox[2];
 	struct {
 		int sock, pidfd;
-		uint32_t cg_seq; /* with a memory ceiling: its run cgroup (cgroup.c) */
+		/* With a memory ceiling: its run cgroup, and its init's pid and
+		 * held oom_score_adj (-1: none), cgroup.c. */
+		uint32_t cg_seq;
+		pid_t init_pid;
+		int score_fd;
 	} idle[SBX_NET_NMODES][MAX_IDLE];
 	size_t n_idle[SBX_NET_NMODES];
 	size_t max_idle;

@@ -279,6 +279,63 @@ static void test_v2_run_cgroup(void **state)
 	sbx_cgroup_destroy(&cg, NULL);
 }
 
+/* A reused init's score is opened once: its give-back carries the open
+ * file and its pid, the next claim and idle write through it, and it
+ * stays bound to that process (not to its pid) once the process is gone. */
+static void test_run_reuse_holds_score(void **state)
+{
+	(void)state;
+	sbx_cgroup cg;
+	sbx_run_cgroup rc;
+	sbx_err err = {0};
+	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
+	pid_t g, child = tree(&g);
+	int pidfd = pidfd_open_(child);
+
+	write_file(root, "cgroup.controllers", "memory\n");
+	assert_int_equal(sbx_cgroup_create(&cg, root, "h2", &lim, &err), 0);
+	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd, &rc, &err), 0);
+	assert_int_equal(rc.score_fd, -1);
+	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
+	assert_true(rc.score_fd >= 0);
+	assert_int_equal(rc.init_pid, child);
+	assert_oom_adj(child, "1000\n");
+	assert_oom_adj(g, "1000\n");
+	sbx_cgroup_run_idle(&rc);
+	assert_oom_adj(child, "500\n");
+	/* The give-back: the session gets its own copy of the file (SCM_RIGHTS
+	 * in run.c), the run lets its own go. */
+	int kept = dup(rc.score_fd);
+	uint32_t seq = rc.seq;
+	assert_true(kept >= 0);
+	sbx_cgroup_run_release(&rc);
+	assert_int_equal(rc.score_fd, -1);
+	assert_int_equal(fcntl(kept, F_GETFD), 0); /* ours is still open */
+	sbx_cgroup_run_adopt(&cg, seq, child, kept, &rc);
+	assert_int_equal(rc.score_fd, kept);
+	/* The next workload (here the same one, at an idle run's score). */
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/%d", (int)g);
+	write_file(p, "oom_score_adj", "500");
+	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
+	assert_int_equal(rc.score_fd, kept); /* not opened again */
+	assert_oom_adj(child, "1000\n");
+	assert_oom_adj(g, "1000\n");
+	/* Gone and reaped: the held file refuses, whatever now has its pid. */
+	kill(child, SIGKILL);
+	kill(g, SIGKILL);
+	waitpid(child, NULL, 0);
+	errno = 0;
+	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), -1);
+	assert_int_equal(errno, ESRCH);
+	write_file(rc.dir, "cgroup.procs", "");
+	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
+	assert_int_equal(rc.score_fd, -1);
+	assert_int_equal(fcntl(kept, F_GETFD), -1); /* closed with it */
+	close(pidfd);
+	sbx_cgroup_destroy(&cg, NULL);
+}
+
 static void on_alarm(int signo)
 {
 	(void)signo;
@@ -653,6 +710,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_v2_no_memory_no_leaf, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_run_cgroup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_run_cgroup_kill_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_reuse_holds_score, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_cgroup_dead_init, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_missing_controller, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_device_rules_fail_closed, setup, teardown),
