@@ -581,10 +581,25 @@ static int move_pid(const char *dir, long pid, sbx_err *err)
 	return -1;
 }
 
+void sbx_init_held_none(struct sbx_init_held *h)
+{
+	h->pid = 0;
+	for (int i = 0; i < SBX_HELD_N; i++)
+		h->fd[i] = -1;
+}
+
+void sbx_init_held_close(struct sbx_init_held *h)
+{
+	for (int i = 0; i < SBX_HELD_N; i++)
+		if (h->fd[i] >= 0)
+			close(h->fd[i]);
+	sbx_init_held_none(h);
+}
+
 int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err)
 {
 	memset(rc, 0, sizeof(*rc));
-	rc->score_fd = -1;
+	sbx_init_held_none(&rc->held);
 	if (!cg->oom_path[0])
 		return 0;
 	pid_t pid = pidfd_pid(pidfd);
@@ -638,25 +653,31 @@ fail:;
 	return -1;
 }
 
-/* Init's own oom_score_adj, opened once: the open file stays bound to
- * that process (a write after it died fails with ESRCH), so its later
- * runs need neither its pid looked up again nor the file opened. */
-static int hold_score(sbx_run_cgroup *rc, int pidfd)
+/* rc->held, opened at init's first claim (see sbx_init_held). */
+static int hold(sbx_run_cgroup *rc, int pidfd)
 {
-	char path[64];
+	char score[64], kids[96];
 	pid_t pid = pidfd_pid(pidfd);
-	snprintf(path, sizeof(path), "/proc/%d/oom_score_adj", (int)pid);
-	int fd = pid > 0 ? open(path, O_WRONLY | O_CLOEXEC) : -1;
-	/* The pidfd says the pid was still init's when the file was opened. */
-	struct pollfd dead = {pidfd, POLLIN, 0};
-	if (fd >= 0 && poll(&dead, 1, 0) != 0) {
-		close(fd);
-		fd = -1;
+	struct sbx_init_held *h = &rc->held;
+	snprintf(score, sizeof(score), "/proc/%d/oom_score_adj", (int)pid);
+	snprintf(kids, sizeof(kids), "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	if (pid > 0) {
+		h->fd[SBX_HELD_SCORE] = open(score, O_WRONLY | O_CLOEXEC);
+		h->fd[SBX_HELD_KIDS] = open(kids, O_RDONLY | O_CLOEXEC);
+		h->fd[SBX_HELD_OOM] = open(rc->oom_path, O_RDONLY | O_CLOEXEC);
 	}
-	if (fd < 0)
+	/* The pidfd says the pid was still init's when the files were opened. */
+	struct pollfd dead = {pidfd, POLLIN, 0};
+	for (int i = 0; i < SBX_HELD_N; i++)
+		if (h->fd[i] < 0) {
+			sbx_init_held_close(h);
+			return -1;
+		}
+	if (poll(&dead, 1, 0) != 0) {
+		sbx_init_held_close(h);
 		return -1;
-	rc->score_fd = fd;
-	rc->init_pid = pid;
+	}
+	h->pid = pid;
 	return 0;
 }
 
@@ -664,21 +685,22 @@ int sbx_cgroup_run_claim(sbx_run_cgroup *rc, int pidfd)
 {
 	if (!rc->version)
 		return 0;
-	char path[96], kids[4096];
+	char kids[4096];
+	const int *fd = rc->held.fd;
 	/* init died (the OOM killer takes idle inits too): the caller takes
 	 * another.  Then init, and the workload it has forked (which has no
 	 * request yet, so forks nothing): what it forks later copies the
 	 * score. */
-	if ((rc->score_fd < 0 && hold_score(rc, pidfd) < 0) ||
-	    pwrite(rc->score_fd, "1000", 4, 0) != 4) {
+	if ((fd[0] < 0 && hold(rc, pidfd) < 0) || pwrite(fd[SBX_HELD_SCORE], "1000", 4, 0) != 4) {
 		errno = ESRCH;
 		return -1;
 	}
-	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)rc->init_pid, (int)rc->init_pid);
-	if (slurp(path, "children", kids, sizeof(kids)) < 0) {
+	ssize_t n = pread(fd[SBX_HELD_KIDS], kids, sizeof(kids) - 1, 0);
+	if (n < 0) {
 		errno = ESRCH;
 		return -1;
 	}
+	kids[n] = '\0';
 	for (char *p = kids, *end; *p; p = end) {
 		long kid = strtol(p, &end, 10);
 		if (end == p)
@@ -691,7 +713,16 @@ int sbx_cgroup_run_claim(sbx_run_cgroup *rc, int pidfd)
 
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc)
 {
-	return rc->version ? sbx_cgroup_read_oom_kills(rc->oom_path) : -1;
+	if (!rc->version)
+		return -1;
+	if (rc->held.fd[SBX_HELD_OOM] < 0)
+		return sbx_cgroup_read_oom_kills(rc->oom_path);
+	char buf[1024];
+	ssize_t n = pread(rc->held.fd[SBX_HELD_OOM], buf, sizeof(buf) - 1, 0);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return sbx_cgroup_parse_oom_kills(buf);
 }
 
 int sbx_cgroup_run_kill(const sbx_run_cgroup *rc)
@@ -725,9 +756,7 @@ int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
 	int64_t n = sbx_cgroup_run_oom_kills(rc);
 	struct sbx_cg_tally *t = rc->tally;
 	int none = SPARE_NONE;
-	if (rc->score_fd >= 0)
-		close(rc->score_fd);
-	rc->score_fd = -1;
+	sbx_init_held_close(&rc->held);
 	/* Empty, and the session goes on: keep it for the next run (if no
 	 * other run has kept one already). */
 	if (t && __atomic_load_n(&t->open, __ATOMIC_ACQUIRE) && kill_listed(rc->dir) == 0 &&
@@ -762,34 +791,35 @@ int sbx_cgroup_run_remove(sbx_run_cgroup *rc)
 void sbx_cgroup_run_idle(const sbx_run_cgroup *rc)
 {
 	/* Claimed, init had 1000; idle it is a warm run again (500). */
-	if (rc->version && rc->score_fd >= 0)
-		(void)!pwrite(rc->score_fd, "500", 3, 0);
+	if (rc->version && rc->held.fd[SBX_HELD_SCORE] >= 0)
+		(void)!pwrite(rc->held.fd[SBX_HELD_SCORE], "500", 3, 0);
 }
 
 void sbx_cgroup_run_release(sbx_run_cgroup *rc)
 {
-	if (rc->version && rc->score_fd >= 0)
-		close(rc->score_fd);
-	rc->score_fd = -1;
+	if (rc->version)
+		sbx_init_held_close(&rc->held);
 	tally_unref(&rc->tally);
 	rc->version = 0;
 }
 
-void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, pid_t pid, int score_fd,
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, struct sbx_init_held *held,
 			  sbx_run_cgroup *rc)
 {
 	memset(rc, 0, sizeof(*rc));
-	rc->score_fd = -1;
+	sbx_init_held_none(&rc->held);
 	if (!cg->oom_path[0] || !seq) {
-		if (score_fd >= 0)
-			close(score_fd);
+		if (held)
+			sbx_init_held_close(held);
 		return;
 	}
 	const char *parent = cg->version == 2 ? cg->dir[0] : cg->dir[SBX_CG_MEMORY];
 	rc->version = cg->version;
 	rc->seq = seq;
-	rc->score_fd = score_fd;
-	rc->init_pid = score_fd >= 0 ? pid : 0;
+	if (held) {
+		rc->held = *held;
+		sbx_init_held_none(held);
+	}
 	snprintf(rc->dir, sizeof(rc->dir), "%.4000s/run-%u", parent, seq);
 	snprintf(rc->oom_path, sizeof(rc->oom_path), "%.4000s/%s", rc->dir,
 		 cg->version == 2 ? "memory.events" : "memory.oom_control");
@@ -801,7 +831,7 @@ void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, pid_t pid, int sco
 void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq)
 {
 	sbx_run_cgroup rc;
-	sbx_cgroup_run_adopt(cg, seq, 0, -1, &rc);
+	sbx_cgroup_run_adopt(cg, seq, NULL, &rc);
 	sbx_cgroup_run_kill(&rc);
 	sbx_cgroup_run_remove(&rc);
 }

@@ -442,6 +442,20 @@ typedef struct sbx_cgroup {
 	struct sbx_cg_tally *tally;	 /* shared with runs: removed runs' kills, a spare */
 } sbx_cgroup;
 
+/* What a memory-limited run's claim opens of its init, kept across the
+ * init's runs (reuse), so a reused run's claim, idle and OOM count are a
+ * pread or pwrite each, not a pid lookup and an open: an open /proc file
+ * stays bound to its process, and pread at 0 reads a seq file afresh.
+ * All of fd[] are open (fd[0] >= 0), or none (-1). */
+enum { SBX_HELD_SCORE, SBX_HELD_KIDS, SBX_HELD_OOM, SBX_HELD_N };
+struct sbx_init_held {
+	pid_t pid;	    /* init's host pid */
+	int fd[SBX_HELD_N]; /* its oom_score_adj, its task/<pid>/children, and
+			     * the run cgroup's memory.events / memory.oom_control */
+};
+void sbx_init_held_none(struct sbx_init_held *h);
+void sbx_init_held_close(struct sbx_init_held *h);
+
 /* One run's own memory cgroup, <session memory dir>/run-<n>, in a session
  * with a memory ceiling (version 0 otherwise). */
 typedef struct sbx_run_cgroup {
@@ -452,11 +466,7 @@ typedef struct sbx_run_cgroup {
 	struct sbx_cg_tally *tally; /* the session's, shared */
 	uint32_t seq;		    /* its name: run-<seq> */
 	bool ready;		    /* a given-back init's: its workload said "r" (no "w" comes) */
-	/* Its init once claimed (-1/0 before): its oom_score_adj held open and
-	 * its host pid, kept across the init's runs (reuse), so a reused
-	 * run's claim and idle are a write each, not a lookup and an open. */
-	int score_fd;
-	pid_t init_pid;
+	struct sbx_init_held held;  /* from its first claim on */
 } sbx_run_cgroup;
 
 const char *sbx_cgroup_default_root(void);
@@ -499,22 +509,22 @@ int sbx_cgroup_destroy(sbx_cgroup *cg, sbx_err *err);
 int sbx_cgroup_run_place(const sbx_cgroup *cg, int pidfd, sbx_run_cgroup *rc, sbx_err *err);
 /* The placed run is taken: oom_score_adj 1000 for its init and the
  * workload init forked (the OOM killer's first choice; idle runs have
- * 500).  The first claim opens init's score (rc->score_fd).  -1 with
- * errno ESRCH when init is gone.  0 on version 0. */
+ * 500).  The first claim opens rc->held.  -1 with errno ESRCH when init
+ * is gone.  0 on version 0. */
 int sbx_cgroup_run_claim(sbx_run_cgroup *rc, int pidfd);
 /* The run's own oom_kill count, or -1. */
 int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc);
 /* Init reuse at a memory ceiling: an init whose run ended
  * cleanly keeps its run cgroup (only it is left in there: its PID
- * namespace is empty) and goes back to the session with rc's seq, pid
- * and score_fd.  idle: its init's OOM score back to an idle run's (500).
- * release: rc let go of (its score_fd closed), the cgroup left as it is.
- * adopt: rc again for the session's next run of that init (taking
- * score_fd, or -1), its OOM counter read now.  drop: an idle init let
- * go, its cgroup emptied and removed (or kept as the spare). */
+ * namespace is empty) and goes back to the session with rc's seq and
+ * held files.  idle: its init's OOM score back to an idle run's (500).
+ * release: rc let go of (its copy of the held files closed), the cgroup
+ * left as it is.  adopt: rc again for the session's next run of that
+ * init (taking *held's files), its OOM counter read now.  drop: an idle
+ * init let go, its cgroup emptied and removed (or kept as the spare). */
 void sbx_cgroup_run_idle(const sbx_run_cgroup *rc);
 void sbx_cgroup_run_release(sbx_run_cgroup *rc);
-void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, pid_t pid, int score_fd,
+void sbx_cgroup_run_adopt(const sbx_cgroup *cg, uint32_t seq, struct sbx_init_held *held,
 			  sbx_run_cgroup *rc);
 void sbx_cgroup_run_drop(const sbx_cgroup *cg, uint32_t seq);
 /* SIGKILL every process of the run (v2: cgroup.kill; else pid by pid
@@ -581,9 +591,10 @@ int sbx_session_adopt(sbx_session *s, const sbx_session_opts *o, sbx_err *err);
  * the session's inits serve one run each. */
 int sbx_session_reuse_fd(const sbx_session *s);
 /* The message a run gives its init back with (and the init's pidfd and
- * request socket, and with a memory ceiling its held oom_score_adj): with
- * a memory ceiling cg_seq names the run cgroup the init stays in
- * (run-<cg_seq>) and init_pid is its host pid, both 0 otherwise. */
+ * request socket, then with a memory ceiling its held files, in
+ * sbx_init_held's order): with a memory ceiling cg_seq names the run
+ * cgroup the init stays in (run-<cg_seq>) and init_pid is its host pid
+ * (0: no held files), both 0 otherwise. */
 struct sbx_back {
 	struct sbx_proto_offer off;
 	uint32_t cg_seq;

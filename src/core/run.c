@@ -529,14 +529,18 @@ static void finish(sbx_run *r)
 	bool back = false;
 	if (r->reuse_fd >= 0 && r->sock >= 0 && r->pidfd >= 0 && r->got_exit && !r->signalled &&
 	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
-		bool held = r->cg.version && r->cg.score_fd >= 0;
+		const struct sbx_init_held *h = &r->cg.held;
+		bool held = r->cg.version && h->fd[0] >= 0;
 		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode},
 				       r->cg.seq,
-				       held ? (int32_t)r->cg.init_pid : 0};
-		int fds[3] = {r->pidfd, r->sock, held ? r->cg.score_fd : -1};
+				       held ? (int32_t)h->pid : 0};
+		int fds[2 + SBX_HELD_N] = {r->pidfd, r->sock};
+		for (int i = 0; i < SBX_HELD_N; i++)
+			fds[2 + i] = held ? h->fd[i] : -1;
 		/* Idle again before the session can take it. */
 		sbx_cgroup_run_idle(&r->cg);
-		back = sbx_proto_send_fds(r->reuse_fd, &msg, sizeof(msg), fds, held ? 3 : 2) == 0;
+		back = sbx_proto_send_fds(r->reuse_fd, &msg, sizeof(msg), fds,
+					  held ? 2 + SBX_HELD_N : 2) == 0;
 	}
 	/* Nothing of the run outlives it (backend "none" has no PID namespace
 	 * to end it): what is left in its cgroup is killed as it goes (or is

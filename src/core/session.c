@@ -152,12 +152,12 @@ int sbx_pool_send_want(sbx_session *s, uint32_t mode)
 
 /* Let an idle init go: closing its socket ends it; with a memory
  * ceiling its run cgroup goes too. */
-static void drop_idle(sbx_session *s, int sock, int pidfd, uint32_t cg_seq, int score_fd)
+static void drop_idle(sbx_session *s, int sock, int pidfd, uint32_t cg_seq,
+		      struct sbx_init_held *held)
 {
 	close(sock);
 	close(pidfd);
-	if (score_fd >= 0)
-		close(score_fd);
+	sbx_init_held_close(held);
 	if (cg_seq)
 		sbx_cgroup_run_drop(&s->cg, cg_seq);
 }
@@ -166,27 +166,30 @@ static void drop_idle(sbx_session *s, int sock, int pidfd, uint32_t cg_seq, int 
 static void drain_inbox(sbx_session *s)
 {
 	struct sbx_back back;
-	int fds[3];
+	int fds[2 + SBX_HELD_N];
 	size_t nfds;
 
-	while (sbx_proto_recv_fds(s->inbox[0], &back, sizeof(back), fds, 3, &nfds) ==
+	while (sbx_proto_recv_fds(s->inbox[0], &back, sizeof(back), fds, 2 + SBX_HELD_N, &nfds) ==
 	       (ssize_t)sizeof(back)) {
 		sbx_net m = (sbx_net)back.off.mode;
-		/* A third fd: its held oom_score_adj (cgroup.c), with a ceiling. */
-		int score_fd = nfds == 3 && back.cg_seq && back.init_pid > 0 ? fds[2] : -1;
-		if (nfds == 3 && score_fd < 0)
-			close(fds[2]);
-		if (nfds >= 2 && back.off.magic == SBX_PROTO_MAGIC && m < SBX_NET_NMODES &&
-		    s->n_idle[m] < s->max_idle) {
+		struct sbx_init_held held;
+		sbx_init_held_none(&held);
+		if (nfds == 2 + SBX_HELD_N) {
+			memcpy(held.fd, fds + 2, sizeof(held.fd));
+			held.pid = back.init_pid;
+			if (!back.cg_seq || back.init_pid <= 0)
+				sbx_init_held_close(&held);
+		}
+		if ((nfds == 2 || nfds == 2 + SBX_HELD_N) && back.off.magic == SBX_PROTO_MAGIC &&
+		    m < SBX_NET_NMODES && s->n_idle[m] < s->max_idle) {
 			s->idle[m][s->n_idle[m]].pidfd = fds[0];
 			s->idle[m][s->n_idle[m]].cg_seq = back.cg_seq;
-			s->idle[m][s->n_idle[m]].init_pid = back.init_pid;
-			s->idle[m][s->n_idle[m]].score_fd = score_fd;
+			s->idle[m][s->n_idle[m]].held = held;
 			s->idle[m][s->n_idle[m]++].sock = fds[1];
 			continue;
 		}
-		if (nfds >= 2)
-			drop_idle(s, fds[1], fds[0], back.cg_seq, score_fd);
+		if (nfds == 2 || nfds == 2 + SBX_HELD_N)
+			drop_idle(s, fds[1], fds[0], back.cg_seq, &held);
 		else
 			for (size_t i = 0; i < nfds; i++)
 				close(fds[i]);
@@ -210,7 +213,6 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_r
 	drain_inbox(s);
 	for (size_t i = 0; i < s->n_idle[mode]; i++) {
 		int fd = s->idle[mode][i].sock, pfd = s->idle[mode][i].pidfd;
-		int score_fd = s->idle[mode][i].score_fd;
 		uint32_t seq = s->idle[mode][i].cg_seq;
 		if (!found) {
 			char c;
@@ -218,15 +220,14 @@ static bool take_idle(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_r
 			if (n == 1 && c == 'r' && !sbx_pool_offer_expired(fd)) {
 				*sock = fd;
 				*pidfd = pfd;
-				sbx_cgroup_run_adopt(&s->cg, seq, s->idle[mode][i].init_pid,
-						     score_fd, rc);
+				sbx_cgroup_run_adopt(&s->cg, seq, &s->idle[mode][i].held, rc);
 				rc->ready = true;
 				found = true;
 				continue;
 			}
 			if (n >= 0 || (errno != EAGAIN && errno != EINTR) ||
 			    sbx_pool_offer_expired(fd)) {
-				drop_idle(s, fd, pfd, seq, score_fd);
+				drop_idle(s, fd, pfd, seq, &s->idle[mode][i].held);
 				continue;
 			}
 		}
@@ -996,8 +997,7 @@ static void release_fds(sbx_session *s)
 			/* (Their run cgroups go with the session's.) */
 			close(s->idle[m][i].sock);
 			close(s->idle[m][i].pidfd);
-			if (s->idle[m][i].score_fd >= 0)
-				close(s->idle[m][i].score_fd);
+			sbx_init_held_close(&s->idle[m][i].held);
 		}
 	memset(s->n_idle, 0, sizeof(s->n_idle));
 	for (int i = 0; i < 2; i++)

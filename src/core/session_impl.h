@@ -88,11 +88,10 @@ struct sbx_session {
 	int inbox[2];
 	struct {
 		int sock, pidfd;
-		/* With a memory ceiling: its run cgroup, and its init's pid and
-		 * held oom_score_adj (-1: none), cgroup.c. */
+		/* With a memory ceiling: its run cgroup, and what its claim
+		 * opened (internal.h: sbx_init_held). */
 		uint32_t cg_seq;
-		pid_t init_pid;
-		int score_fd;
+		struct sbx_init_held held;
 	} idle[SBX_NET_NMODES][MAX_IDLE];
 	size_t n_idle[SBX_NET_NMODES];
 	size_t max_idle;

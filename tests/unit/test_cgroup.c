@@ -218,13 +218,16 @@ static void test_v2_run_cgroup(void **state)
 	assert_oom_adj(child, "0\n");
 	born_inside(rc.dir, g);
 	/* Taken: init and its workload become the OOM killer's first
-	 * choice; placing alone did not make them so. */
+	 * choice; placing alone did not make them so.  (The kernel makes
+	 * memory.events; the claim opens it.) */
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), -1);
+	write_file(rc.dir, "memory.events", "oom 0\noom_kill 0\n");
 	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
 	assert_oom_adj(child, "1000\n");
 	assert_oom_adj(g, "1000\n");
 	assert_true(strstr(rc.oom_path, "/run-") && strstr(rc.oom_path, "/memory.events"));
 	assert_int_equal(rc.oom_base, 0);
-	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), -1);
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 0);
 	write_file(rc.dir, "memory.events", "oom 1\noom_kill 1\noom_group_kill 1\n");
 	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 1);
 	/* v2's session counter is hierarchical already: nothing added. */
@@ -279,10 +282,11 @@ static void test_v2_run_cgroup(void **state)
 	sbx_cgroup_destroy(&cg, NULL);
 }
 
-/* A reused init's score is opened once: its give-back carries the open
- * file and its pid, the next claim and idle write through it, and it
- * stays bound to that process (not to its pid) once the process is gone. */
-static void test_run_reuse_holds_score(void **state)
+/* What a claim opens of an init (its score, its children, its run's OOM
+ * counter) is opened once: the give-back carries the open files and its
+ * pid, the next claim, idle and count go through them, and they stay
+ * bound to that process (not to its pid) once it is gone. */
+static void test_run_reuse_holds_files(void **state)
 {
 	(void)state;
 	sbx_cgroup cg;
@@ -295,33 +299,41 @@ static void test_run_reuse_holds_score(void **state)
 	write_file(root, "cgroup.controllers", "memory\n");
 	assert_int_equal(sbx_cgroup_create(&cg, root, "h2", &lim, &err), 0);
 	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd, &rc, &err), 0);
-	assert_int_equal(rc.score_fd, -1);
+	assert_int_equal(rc.held.fd[0], -1);
+	write_file(rc.dir, "memory.events", "oom 0\noom_kill 0\n");
 	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
-	assert_true(rc.score_fd >= 0);
-	assert_int_equal(rc.init_pid, child);
+	for (int i = 0; i < SBX_HELD_N; i++)
+		assert_true(rc.held.fd[i] >= 0);
+	assert_int_equal(rc.held.pid, child);
 	assert_oom_adj(child, "1000\n");
 	assert_oom_adj(g, "1000\n");
 	sbx_cgroup_run_idle(&rc);
 	assert_oom_adj(child, "500\n");
-	/* The give-back: the session gets its own copy of the file (SCM_RIGHTS
-	 * in run.c), the run lets its own go. */
-	int kept = dup(rc.score_fd);
+	/* The give-back: the session gets its own copies (SCM_RIGHTS in
+	 * run.c), the run lets its own go. */
+	struct sbx_init_held kept = {.pid = rc.held.pid};
+	for (int i = 0; i < SBX_HELD_N; i++)
+		assert_true((kept.fd[i] = dup(rc.held.fd[i])) >= 0);
 	uint32_t seq = rc.seq;
-	assert_true(kept >= 0);
 	sbx_cgroup_run_release(&rc);
-	assert_int_equal(rc.score_fd, -1);
-	assert_int_equal(fcntl(kept, F_GETFD), 0); /* ours is still open */
-	sbx_cgroup_run_adopt(&cg, seq, child, kept, &rc);
-	assert_int_equal(rc.score_fd, kept);
+	assert_int_equal(rc.held.fd[0], -1);
+	assert_int_equal(fcntl(kept.fd[0], F_GETFD), 0); /* ours are still open */
+	struct sbx_init_held carried = kept;
+	sbx_cgroup_run_adopt(&cg, seq, &carried, &rc);
+	assert_int_equal(carried.fd[0], -1); /* taken */
 	/* The next workload (here the same one, at an idle run's score). */
 	char p[64];
 	snprintf(p, sizeof(p), "/proc/%d", (int)g);
 	write_file(p, "oom_score_adj", "500");
 	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
-	assert_int_equal(rc.score_fd, kept); /* not opened again */
+	for (int i = 0; i < SBX_HELD_N; i++)
+		assert_int_equal(rc.held.fd[i], kept.fd[i]); /* not opened again */
 	assert_oom_adj(child, "1000\n");
 	assert_oom_adj(g, "1000\n");
-	/* Gone and reaped: the held file refuses, whatever now has its pid. */
+	/* The counter read afresh through the held file. */
+	write_file(rc.dir, "memory.events", "oom 2\noom_kill 2\n");
+	assert_int_equal(sbx_cgroup_run_oom_kills(&rc), 2);
+	/* Gone and reaped: the held files refuse, whatever now has its pid. */
 	kill(child, SIGKILL);
 	kill(g, SIGKILL);
 	waitpid(child, NULL, 0);
@@ -330,8 +342,9 @@ static void test_run_reuse_holds_score(void **state)
 	assert_int_equal(errno, ESRCH);
 	write_file(rc.dir, "cgroup.procs", "");
 	assert_int_equal(sbx_cgroup_run_remove(&rc), 0);
-	assert_int_equal(rc.score_fd, -1);
-	assert_int_equal(fcntl(kept, F_GETFD), -1); /* closed with it */
+	assert_int_equal(rc.held.fd[0], -1);
+	for (int i = 0; i < SBX_HELD_N; i++)
+		assert_int_equal(fcntl(kept.fd[i], F_GETFD), -1); /* closed with it */
 	close(pidfd);
 	sbx_cgroup_destroy(&cg, NULL);
 }
@@ -710,7 +723,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_v2_no_memory_no_leaf, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_run_cgroup, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_run_cgroup_kill_file, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_run_reuse_holds_score, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_run_reuse_holds_files, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_run_cgroup_dead_init, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_missing_controller, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_v2_device_rules_fail_closed, setup, teardown),
