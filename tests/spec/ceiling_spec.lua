@@ -204,9 +204,11 @@ describe("resource ceilings", function()
   it("remove the session's cgroup at close", function()
     local function dirs()
       local out = {}
-      for d in io.popen("ls /sys/fs/cgroup/memory/sbx /sys/fs/cgroup/sbx 2>/dev/null"):lines() do
+      local ls = io.popen("ls /sys/fs/cgroup/memory/sbx /sys/fs/cgroup/sbx 2>/dev/null")
+      for d in ls:lines() do
         if #d == 32 and d:match("^%x+$") then out[d] = true end
       end
+      ls:close()
       return out
     end
     local before = dirs()
@@ -221,7 +223,10 @@ describe("resource ceilings", function()
     end
     assert.is_string(mine, "the session made a cgroup")
     s:close()
-    assert.is_nil(dirs()[mine], "its cgroup is gone")
+    -- close returns once the session can run nothing more; its cgroup's
+    -- rmdir follows on the reaper thread (README: the asynchronous
+    -- close), which a process's exit waits for up to 10 s.
+    assert.is_true(H.wait_for(10, function() return not dirs()[mine] end), "its cgroup is gone")
   end)
 
   -- The whole run goes on OOM, and kills go through the run's cgroup.
