@@ -117,6 +117,17 @@ static bool exists(const char *dir, const char *name)
 }
 
 /* Read a small file into buf (NUL-terminated); -1 when it cannot be read. */
+/* The text of an open small file from its start (a seq file afresh, also
+ * one read before), NUL-terminated in buf; -1 when it cannot be read. */
+static int read_text(int fd, char *buf, size_t len)
+{
+	ssize_t n = pread(fd, buf, len - 1, 0);
+	if (n < 0)
+		return -1;
+	buf[n] = '\0';
+	return 0;
+}
+
 static int slurp(const char *dir, const char *name, char *buf, size_t len)
 {
 	char path[PATH_MAX];
@@ -124,12 +135,9 @@ static int slurp(const char *dir, const char *name, char *buf, size_t len)
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	ssize_t n = read(fd, buf, len - 1);
+	int rc = read_text(fd, buf, len);
 	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	return 0;
+	return rc;
 }
 
 static int mkdir_p1(const char *path, sbx_err *err)
@@ -415,18 +423,21 @@ int64_t sbx_cgroup_parse_oom_kills(const char *text)
 	return -1;
 }
 
-int64_t sbx_cgroup_read_oom_kills(const char *path)
+/* The oom_kill count in the open counter file fd, or -1. */
+static int64_t oom_kills_at(int fd)
 {
 	char buf[1024];
+	return read_text(fd, buf, sizeof(buf)) < 0 ? -1 : sbx_cgroup_parse_oom_kills(buf);
+}
+
+int64_t sbx_cgroup_read_oom_kills(const char *path)
+{
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	int64_t n = oom_kills_at(fd);
 	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	return sbx_cgroup_parse_oom_kills(buf);
+	return n;
 }
 
 /* Calls fn(dir, name, arg) for each run-* subdirectory of dir. */
@@ -583,7 +594,6 @@ static int move_pid(const char *dir, long pid, sbx_err *err)
 
 void sbx_init_held_none(struct sbx_init_held *h)
 {
-	h->pid = 0;
 	for (int i = 0; i < SBX_HELD_N; i++)
 		h->fd[i] = -1;
 }
@@ -668,16 +678,13 @@ static int hold(sbx_run_cgroup *rc, int pidfd)
 	}
 	/* The pidfd says the pid was still init's when the files were opened. */
 	struct pollfd dead = {pidfd, POLLIN, 0};
+	bool all = true;
 	for (int i = 0; i < SBX_HELD_N; i++)
-		if (h->fd[i] < 0) {
-			sbx_init_held_close(h);
-			return -1;
-		}
-	if (poll(&dead, 1, 0) != 0) {
+		all = all && h->fd[i] >= 0;
+	if (!all || poll(&dead, 1, 0) != 0) {
 		sbx_init_held_close(h);
 		return -1;
 	}
-	h->pid = pid;
 	return 0;
 }
 
@@ -695,12 +702,10 @@ int sbx_cgroup_run_claim(sbx_run_cgroup *rc, int pidfd)
 		errno = ESRCH;
 		return -1;
 	}
-	ssize_t n = pread(fd[SBX_HELD_KIDS], kids, sizeof(kids) - 1, 0);
-	if (n < 0) {
+	if (read_text(fd[SBX_HELD_KIDS], kids, sizeof(kids)) < 0) {
 		errno = ESRCH;
 		return -1;
 	}
-	kids[n] = '\0';
 	for (char *p = kids, *end; *p; p = end) {
 		long kid = strtol(p, &end, 10);
 		if (end == p)
@@ -717,12 +722,7 @@ int64_t sbx_cgroup_run_oom_kills(const sbx_run_cgroup *rc)
 		return -1;
 	if (rc->held.fd[SBX_HELD_OOM] < 0)
 		return sbx_cgroup_read_oom_kills(rc->oom_path);
-	char buf[1024];
-	ssize_t n = pread(rc->held.fd[SBX_HELD_OOM], buf, sizeof(buf) - 1, 0);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	return sbx_cgroup_parse_oom_kills(buf);
+	return oom_kills_at(rc->held.fd[SBX_HELD_OOM]);
 }
 
 int sbx_cgroup_run_kill(const sbx_run_cgroup *rc)

@@ -449,8 +449,7 @@ typedef struct sbx_cgroup {
  * All of fd[] are open (fd[0] >= 0), or none (-1). */
 enum { SBX_HELD_SCORE, SBX_HELD_KIDS, SBX_HELD_OOM, SBX_HELD_N };
 struct sbx_init_held {
-	pid_t pid;	    /* init's host pid */
-	int fd[SBX_HELD_N]; /* its oom_score_adj, its task/<pid>/children, and
+	int fd[SBX_HELD_N]; /* init's oom_score_adj, its task/<pid>/children, and
 			     * the run cgroup's memory.events / memory.oom_control */
 };
 void sbx_init_held_none(struct sbx_init_held *h);
@@ -593,12 +592,10 @@ int sbx_session_reuse_fd(const sbx_session *s);
 /* The message a run gives its init back with (and the init's pidfd and
  * request socket, then with a memory ceiling its held files, in
  * sbx_init_held's order): with a memory ceiling cg_seq names the run
- * cgroup the init stays in (run-<cg_seq>) and init_pid is its host pid
- * (0: no held files), both 0 otherwise. */
+ * cgroup the init stays in (run-<cg_seq>), 0 otherwise. */
 struct sbx_back {
 	struct sbx_proto_offer off;
 	uint32_t cg_seq;
-	int32_t init_pid;
 };
 
 /* uid/gid maps (userns.c): 1000 -> host_uid/host_gid; with aux != 0 (host

@@ -531,9 +531,7 @@ static void finish(sbx_run *r)
 	    res->term != SBX_TERM_OOM && res->term != SBX_TERM_EXPIRED) {
 		const struct sbx_init_held *h = &r->cg.held;
 		bool held = r->cg.version && h->fd[0] >= 0;
-		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode},
-				       r->cg.seq,
-				       held ? (int32_t)h->pid : 0};
+		struct sbx_back msg = {{SBX_PROTO_MAGIC, 0, 0, (uint32_t)r->mode}, r->cg.seq};
 		int fds[2 + SBX_HELD_N] = {r->pidfd, r->sock};
 		for (int i = 0; i < SBX_HELD_N; i++)
 			fds[2 + i] = held ? h->fd[i] : -1;

@@ -176,8 +176,7 @@ static void drain_inbox(sbx_session *s)
 		sbx_init_held_none(&held);
 		if (nfds == 2 + SBX_HELD_N) {
 			memcpy(held.fd, fds + 2, sizeof(held.fd));
-			held.pid = back.init_pid;
-			if (!back.cg_seq || back.init_pid <= 0)
+			if (!back.cg_seq)
 				sbx_init_held_close(&held);
 		}
 		if ((nfds == 2 || nfds == 2 + SBX_HELD_N) && back.off.magic == SBX_PROTO_MAGIC &&

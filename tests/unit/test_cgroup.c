@@ -282,6 +282,33 @@ static void test_v2_run_cgroup(void **state)
 	sbx_cgroup_destroy(&cg, NULL);
 }
 
+/* A fake v2 root with the memory controller, session id's cgroup in it
+ * (64 MiB), and a run placed there: its init (returned; *pidfd its
+ * pidfd) with a workload *g. */
+static pid_t placed_v2(const char *id, sbx_cgroup *cg, sbx_run_cgroup *rc, pid_t *g, int *pidfd)
+{
+	sbx_err err = {0};
+	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
+	pid_t child = tree(g);
+
+	*pidfd = pidfd_open_(child);
+	write_file(root, "cgroup.controllers", "memory\n");
+	assert_int_equal(sbx_cgroup_create(cg, root, id, &lim, &err), 0);
+	assert_int_equal(sbx_cgroup_run_place(cg, *pidfd, rc, &err), 0);
+	return child;
+}
+
+/* The target of our descriptor fd. */
+static void assert_fd_is(int fd, const char *want)
+{
+	char p[64], got[PATH_MAX];
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(p, got, sizeof(got) - 1);
+	assert_true(n > 0);
+	got[n] = '\0';
+	assert_string_equal(got, want);
+}
+
 /* What a claim opens of an init (its score, its children, its run's OOM
  * counter) is opened once: the give-back carries the open files and its
  * pid, the next claim, idle and count go through them, and they stay
@@ -291,27 +318,25 @@ static void test_run_reuse_holds_files(void **state)
 	(void)state;
 	sbx_cgroup cg;
 	sbx_run_cgroup rc;
-	sbx_err err = {0};
-	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
-	pid_t g, child = tree(&g);
-	int pidfd = pidfd_open_(child);
+	pid_t g;
+	int pidfd;
+	pid_t child = placed_v2("h2", &cg, &rc, &g, &pidfd);
+	char want[64];
 
-	write_file(root, "cgroup.controllers", "memory\n");
-	assert_int_equal(sbx_cgroup_create(&cg, root, "h2", &lim, &err), 0);
-	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd, &rc, &err), 0);
 	assert_int_equal(rc.held.fd[0], -1);
 	write_file(rc.dir, "memory.events", "oom 0\noom_kill 0\n");
 	assert_int_equal(sbx_cgroup_run_claim(&rc, pidfd), 0);
 	for (int i = 0; i < SBX_HELD_N; i++)
 		assert_true(rc.held.fd[i] >= 0);
-	assert_int_equal(rc.held.pid, child);
+	snprintf(want, sizeof(want), "/proc/%d/oom_score_adj", (int)child);
+	assert_fd_is(rc.held.fd[SBX_HELD_SCORE], want);
 	assert_oom_adj(child, "1000\n");
 	assert_oom_adj(g, "1000\n");
 	sbx_cgroup_run_idle(&rc);
 	assert_oom_adj(child, "500\n");
 	/* The give-back: the session gets its own copies (SCM_RIGHTS in
 	 * run.c), the run lets its own go. */
-	struct sbx_init_held kept = {.pid = rc.held.pid};
+	struct sbx_init_held kept;
 	for (int i = 0; i < SBX_HELD_N; i++)
 		assert_true((kept.fd[i] = dup(rc.held.fd[i])) >= 0);
 	uint32_t seq = rc.seq;
@@ -415,14 +440,10 @@ static void test_v2_run_cgroup_kill_file(void **state)
 	(void)state;
 	sbx_cgroup cg;
 	sbx_run_cgroup rc;
-	sbx_err err = {0};
-	sbx_cgroup_limits lim = {.memory_bytes = 64u << 20};
-	pid_t g, child = tree(&g);
-	int pidfd = pidfd_open_(child);
+	pid_t g;
+	int pidfd;
+	pid_t child = placed_v2("k2", &cg, &rc, &g, &pidfd);
 
-	write_file(root, "cgroup.controllers", "memory\n");
-	assert_int_equal(sbx_cgroup_create(&cg, root, "k2", &lim, &err), 0);
-	assert_int_equal(sbx_cgroup_run_place(&cg, pidfd, &rc, &err), 0);
 	/* With cgroup.kill (5.14+) one write kills it all, forks included. */
 	write_file(rc.dir, "cgroup.kill", "");
 	assert_int_equal(sbx_cgroup_run_kill(&rc), 0);
