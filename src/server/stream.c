@@ -158,6 +158,16 @@ static void watch_update(sbx_srv_run *sr, bool want);
  * writes into a full pipe and waits instead of costing sbxd a core. */
 #define PUMP_MAX_PIECES 16
 
+/* Read the run's output now?  An absent client's buffer drops its oldest
+ * events instead, so always.  With a client, not past the cap, and not
+ * while a chunk is in flight: the output waits in the pipe and the next
+ * read takes all of it at once (on_proceed pumps), which costs nothing in
+ * latency (nothing could be sent before then anyway). */
+static bool want_output(const sbx_srv_run *sr)
+{
+	return !sr->req || (sr->pending.len < SRV_STREAM_CAP && !sr->sending);
+}
+
 /* Read what the run has, queue events, flush. */
 static void pump(sbx_srv_run *sr)
 {
@@ -167,15 +177,23 @@ static void pump(sbx_srv_run *sr)
 	if (sr->stopped || sr->final || !sr->run || sr->in_pump)
 		return;
 	sr->in_pump = true;
+	bool drained = false;
 	for (int pieces = 0; pieces < PUMP_MAX_PIECES; pieces++) {
-		/* An absent client's buffer drops its oldest events instead. */
-		bool want = !sr->req || sr->pending.len < SRV_STREAM_CAP;
-		/* stdout straight into the pending buffer while it comes (one
-		 * read drains a full pipe); its end, stderr and the status go
-		 * through sbx_run_next as before. */
-		if (want && sbx_srv_ev_read(sr, 1, SRV_READ_MAX) > 0)
-			continue;
-		if (sbx_run_next(sr->run, 0, want, want, &ev, &err) != 0) {
+		bool want = want_output(sr);
+		/* stdout straight into the pending buffer (one read drains a
+		 * full pipe); its end, stderr and the status go through
+		 * sbx_run_next as before.  A short read emptied the pipe: with
+		 * a client, what the run writes next waits for the next pump,
+		 * so it is read in one piece.  Reading on would take each of
+		 * the writer's writes (8 KiB for head) as it lands, the two
+		 * cores trading pieces through the pipe's lock. */
+		if (want && !drained) {
+			size_t n = sbx_srv_ev_read(sr, 1, SRV_READ_MAX);
+			if (n == SRV_READ_MAX || (n > 0 && !sr->req))
+				continue;
+			drained = n > 0;
+		}
+		if (sbx_run_next(sr->run, 0, want && !drained, want, &ev, &err) != 0) {
 			sbx_srv_ev_error(sr, "SandboxExecutionError", err.msg);
 			sr->final = true;
 			sbx_srv_stream_release(sr, "error");
@@ -208,8 +226,9 @@ static void pump(sbx_srv_run *sr)
 		sbx_srv_stream_release(sr, outcome);
 		break;
 	}
+	/* What is pending is sent next (flush), so it is in flight then. */
 	if (!sr->final)
-		watch_update(sr, sr->req && sr->pending.len < SRV_STREAM_CAP);
+		watch_update(sr, sr->req && want_output(sr) && sr->pending.len == 0);
 	sr->in_pump = false;
 	flush(sr);
 }
