@@ -42,15 +42,37 @@ function Term:screen()
   return sh(("tmux -L %s capture-pane -p"):format(self.sock))
 end
 
+-- Is the pane's terminal in raw mode (the line editor reading keys)?  The
+-- REPL prints its prompt before the line editor takes the terminal: keys
+-- typed in between are echoed by the terminal and then again by the
+-- editor (seen under load: "sbx> !true!true").
+function Term:stty()
+  self.tty = self.tty or sh(("tmux -L %s display -p '#{pane_tty}'"):format(self.sock)):gsub("%s+$", "")
+  return sh("stty -a -F " .. H.q(self.tty))
+end
+
+function Term:raw()
+  return self:stty():find("-icanon", 1, true) ~= nil
+end
+
+-- Has the REPL handed its terminal to a run (raw, ^C no longer a signal)?
+-- Its prompt keeps isig; a run's output is only shown once this holds.
+function Term:handed_over()
+  return self:stty():find("-isig", 1, true) ~= nil
+end
+
 -- Wait until the screen contains text (plain), up to timeout_s (default
 -- 60: a deadline for a loaded machine, never a timing assertion); returns
--- the screen and the seconds waited.
+-- the screen and the seconds waited.  Text that ends at the REPL's prompt
+-- is waited for until the prompt reads keys, so the caller may type.
 function Term:wait_for(text, timeout_s)
   local t0 = clock.now_ns()
   local screen
   repeat
     screen = self:screen()
-    if screen:find(text, 1, true) then return screen, (clock.now_ns() - t0) / 1e9 end
+    if screen:find(text, 1, true) and (not text:find("sbx>$") or self:raw()) then
+      return screen, (clock.now_ns() - t0) / 1e9
+    end
     sh("sleep 0.05")
   until (clock.now_ns() - t0) / 1e9 > (timeout_s or 60)
   error(("timed out waiting for %q; screen:\n%s"):format(text, screen), 2)
@@ -65,7 +87,7 @@ function Term:wait_prompt(timeout_s)
   repeat
     screen = self:screen()
     local last = screen:gsub("%s+$", ""):match("([^\n]*)$")
-    if last == "sbx>" then return screen end
+    if last == "sbx>" and self:raw() then return screen end
     sh("sleep 0.05")
   until (clock.now_ns() - t0) / 1e9 > (timeout_s or 60)
   error(("timed out waiting for the sbx> prompt; screen:\n%s"):format(screen), 2)
@@ -119,17 +141,22 @@ describe("the sbxlua REPL under tmux", function()
     local screen = t:wait_for("first")
     assert.is_nil(screen:find("\nsecond", 1, true), "output was held back until the end")
     t:wait_for("[exit 3]")
-    -- Ctrl-C once the run is seen on the host; "interrupted" and the next
-    -- run working say it ended the run only (a 100 s sleep, far past the wait).
+    -- Ctrl-C once the run is seen on the host and has the terminal (the
+    -- REPL starts the run, then hands the terminal over: a ^C before that
+    -- is the REPL's, "interrupted", seen under load); the next run
+    -- working says it ended the run only (a 100 s sleep, far past the wait).
     local marker = ("100.%06d"):format(math.random(0, 999999))
     t:keys("!sleep " .. marker, "<Enter>")
-    assert.is_truthy(H.wait_for(60, function() return #H.procs_exact("sleep " .. marker) > 0 end), t:screen())
+    assert.is_truthy(H.wait_for(60, function()
+      return #H.procs_exact("sleep " .. marker) > 0 and t:handed_over()
+    end), t:screen())
     -- On a terminal the run has a pty: ^C is the sandboxed program's
     -- (issue 21), so SIGINT ends sleep, and the REPL reports it.
     t:keys("<C-c>")
     t:wait_for("[exit -2: signal]")
+    t:wait_prompt()
     t:keys("!echo still-alive", "<Enter>")
-    t:wait_for("still-alive\n")
+    t:wait_for("\nstill-alive\n")
     t:keys(":session", "<Enter>")
     t:wait_for('backend = "userns"')
   end)
@@ -218,9 +245,11 @@ describe("the sbxlua REPL under tmux", function()
     t:wait_for("in-bash$ ")
     -- The job, one process (^Z stops all of it, ^C kills it: rc 130), says
     -- "continued" on SIGCONT (the split strings keep the typed line from
-    -- matching what it prints).
-    t:keys([[python3 -c 'import signal as s, time; s.signal(s.SIGINT, s.SIG_DFL); ]]
-      .. [[s.signal(s.SIGCONT, lambda *a: print("con" "tinued", flush=True)); ]]
+    -- matching what it prints), with os.write: a print from a handler can
+    -- find the handler's own earlier print mid-write ("reentrant call",
+    -- seen under load).
+    t:keys([[python3 -c 'import os, signal as s, time; s.signal(s.SIGINT, s.SIG_DFL); ]]
+      .. [[s.signal(s.SIGCONT, lambda *a: os.write(1, b"con" b"tinued\n")); ]]
       .. [[print("star" "ted", flush=True); time.sleep(300)']], "<Enter>")
     t:wait_for("started\n")
     t:keys("<C-z>")
