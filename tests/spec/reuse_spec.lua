@@ -18,6 +18,19 @@ local function ns_run(s, cmd, opts)
   return ns, rest, r
 end
 
+-- Hold namespace ns open from the host (a process's /proc/<pid>/ns/kind)
+-- for the rest of the test: a freed namespace's number goes to the next
+-- new one, so without this "another number" would not have to mean
+-- "another namespace", and the same number would not have to mean the
+-- same one.
+local function hold_ns(kind, ns)
+  local pid = H.procs_in_ns(kind, ns)[1]
+  assert(pid, "no host process in " .. ns)
+  local f = assert(io.open("/proc/" .. pid .. "/ns/" .. kind))
+  finally(function() f:close() end)
+  assert.are.equal(ns, H.readlink("/proc/" .. pid .. "/ns/" .. kind), "the process left " .. ns)
+end
+
 -- The next run (after settle) is served by the same init as the run in
 -- ns1 and sees no process of it: inside, nothing named sleep; on the host,
 -- no "sleep <marker>" at all.
@@ -168,6 +181,7 @@ describe("init reuse", function()
     local ids = {}
     for _, pid in ipairs(H.procs_in_ns("pid", ns1)) do ids[#ids + 1] = H.proc_identity(pid) end
     assert.is_true(#ids >= 1, "the run's sleep is not in " .. ns1)
+    hold_ns("pid", ns1)
     p:kill()
     p:wait()
     settle(ns1)
@@ -209,6 +223,7 @@ describe("init reuse", function()
     assert.are.equal("1000", cg2:match("\n(%-?%d+)\n$"), cg2)
     assert.are.equal("", r2.termination_reason)
     settle(ns2)
+    hold_ns("pid", ns2)
     -- An OOM kill ends the run's init: the next run is a fresh one, and
     -- is not counted as the dead one's OOM.
     local bomb = s:exec(PIDNS .. "; python3 -c 'b = bytearray(1024 * 1024 * 1024)'")
