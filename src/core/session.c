@@ -309,7 +309,20 @@ static void sort_offers(sbx_session *s, sbx_net mode)
 		s->spare[got].sock = sock;
 		s->spare[got].pidfd = pidfd;
 		s->spare[got].rc = rc;
+		s->spare[got].unasked = got == mode;
 	}
+}
+
+/* A run of mode needs an offer: an offer set aside for a run of another
+ * mode that took a given-back init instead asked for no next one (its
+ * taking would have), and the zygote makes no more than it was asked for.
+ * Ask now, in mode, once per such offer. */
+static void ask_for_parked(sbx_session *s, sbx_net mode)
+{
+	for (int m = 0; m < SBX_NET_NMODES; m++)
+		if (m != (int)mode && s->spare[m].sock >= 0 && s->spare[m].unasked &&
+		    sbx_pool_send_want(s, mode) == 0)
+			s->spare[m].unasked = false;
 }
 
 /* A taken spare's old offers come placed like any other (memory ceiling):
@@ -360,6 +373,7 @@ int sbx_session_offer_fd(sbx_session *s, sbx_net mode)
 	sort_offers(s, mode);
 	if (s->spare[mode].sock >= 0)
 		return -1;
+	ask_for_parked(s, mode);
 	/* Offers of other modes and old ones were taken in hand: what is left
 	 * readable is for take. */
 	return sbx_pool_unless_ready(s->ctl_fd);
@@ -388,12 +402,15 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 		return sbx_err_set(err, SBX_E_INVALID_ARGUMENT, 0,
 				   "the session is still setting up (sbx_session_finish first)");
 	/* A given-back init that is ready costs the zygote nothing, and asks
-	 * for no new offer; but an offer of this mode set aside (sort_offers)
-	 * goes first: it is one the zygote counts as taken, and only its
-	 * taking asks for the next one, which a run of another mode may be
-	 * waiting for. */
-	if (s->spare[mode].sock < 0 && s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
+	 * for no new offer.  It goes before an offer of this mode set aside
+	 * (sort_offers), which stays for a later run: taking the offer would
+	 * have the zygote make a fresh init for every run, and none would
+	 * ever be reused.  A run of another mode asks for the offer's next
+	 * one instead (ask_for_parked). */
+	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
 		return 0;
+	if (s->spare[mode].sock < 0)
+		ask_for_parked(s, mode);
 	/* Every offer we take (used, set aside or dropped) asks for the
 	 * next one, in the mode of the run that took it: the zygote prepares
 	 * it while this run goes on.  Offers of another mode are set aside
@@ -409,6 +426,7 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			*rc = s->spare[mode].rc;
 			memset(&s->spare[mode].rc, 0, sizeof(*rc));
 			s->spare[mode].sock = s->spare[mode].pidfd = -1;
+			s->spare[mode].unasked = false; /* the want below asks */
 			got = mode;
 		} else if ((rc_ = sbx_pool_recv_offer(s, sock, pidfd, &got, rc, err)) == -3) {
 			continue;
@@ -450,6 +468,7 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 			s->spare[got].sock = *sock;
 			s->spare[got].pidfd = *pidfd;
 			s->spare[got].rc = *rc;
+			s->spare[got].unasked = false;
 		} else {
 			sbx_pool_drop_offer(*sock, *pidfd, rc);
 		}

@@ -63,10 +63,14 @@ struct sbx_session {
 	int proxy_listener; /* allowlist: the listening socket inside, or -1 */
 	sbx_opennet open;   /* open: the pasta that connects its namespace */
 	/* A warm init of each mode that came while a run of another mode
-	 * waited: kept for the next run of its mode (sock -1: none). */
+	 * waited: kept for the next run of its mode (sock -1: none).
+	 * unasked: set aside for a run of its own mode (sort_offers), which
+	 * took a given-back init instead, so nothing has asked the zygote
+	 * for the next offer yet (ask_for_parked). */
 	struct {
 		int sock, pidfd;
 		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */
+		bool unasked;
 	} spare[SBX_NET_NMODES];
 	/* Runs with an allow-list of their own (session_ownnet.c): one init
 	 * in a namespace of its own kept ready (sock -1: none), and how many
