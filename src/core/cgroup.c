@@ -116,7 +116,6 @@ static bool exists(const char *dir, const char *name)
 	return access(path, F_OK) == 0;
 }
 
-/* Read a small file into buf (NUL-terminated); -1 when it cannot be read. */
 /* The text of an open small file from its start (a seq file afresh, also
  * one read before), NUL-terminated in buf; -1 when it cannot be read. */
 static int read_text(int fd, char *buf, size_t len)
@@ -128,6 +127,7 @@ static int read_text(int fd, char *buf, size_t len)
 	return 0;
 }
 
+/* Read a small file into buf (NUL-terminated); -1 when it cannot be read. */
 static int slurp(const char *dir, const char *name, char *buf, size_t len)
 {
 	char path[PATH_MAX];

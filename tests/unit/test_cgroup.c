@@ -310,8 +310,8 @@ static void assert_fd_is(int fd, const char *want)
 }
 
 /* What a claim opens of an init (its score, its children, its run's OOM
- * counter) is opened once: the give-back carries the open files and its
- * pid, the next claim, idle and count go through them, and they stay
+ * counter) is opened once: the give-back carries the open files, the
+ * next claim, idle and count go through them, and they stay
  * bound to that process (not to its pid) once it is gone. */
 static void test_run_reuse_holds_files(void **state)
 {
