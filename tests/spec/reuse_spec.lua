@@ -18,17 +18,11 @@ local function ns_run(s, cmd, opts)
   return ns, rest, r
 end
 
--- Hold namespace ns open from the host (a process's /proc/<pid>/ns/kind)
--- for the rest of the test: a freed namespace's number goes to the next
--- new one, so without this "another number" would not have to mean
--- "another namespace", and the same number would not have to mean the
--- same one.
+-- H.hold_ns for the rest of the test: without it "another number" would
+-- not have to mean "another namespace".
 local function hold_ns(kind, ns)
-  local pid = H.procs_in_ns(kind, ns)[1]
-  assert(pid, "no host process in " .. ns)
-  local f = assert(io.open("/proc/" .. pid .. "/ns/" .. kind))
+  local f = H.hold_ns(kind, ns)
   finally(function() f:close() end)
-  assert.are.equal(ns, H.readlink("/proc/" .. pid .. "/ns/" .. kind), "the process left " .. ns)
 end
 
 -- The next run (after settle) is served by the same init as the run in

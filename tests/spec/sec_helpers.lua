@@ -413,6 +413,21 @@ function M.procs_in_ns(kind, ns)
   return t
 end
 
+-- Hold namespace ns ("net:[4026532...]") open from the host: a file on a
+-- process's /proc/<pid>/ns/kind, checked to be ns once open.  A freed
+-- namespace's number goes to the next new one; while held it cannot, so a
+-- later namespace showing the same number is this one.  The caller closes it.
+function M.hold_ns(kind, ns)
+  local pid = M.procs_in_ns(kind, ns)[1]
+  assert(pid, "no host process in " .. ns)
+  local f = assert(io.open("/proc/" .. pid .. "/ns/" .. kind))
+  if M.readlink("/proc/" .. pid .. "/ns/" .. kind) ~= ns then
+    f:close()
+    error("the process left " .. ns .. " before it was held", 2)
+  end
+  return f
+end
+
 -- A process's identity that survives pid reuse: "pid@starttime" (field
 -- 22 of /proc/pid/stat, after the parenthesised comm), or nil once gone.
 function M.proc_identity(pid)
