@@ -23,7 +23,8 @@
 
 #include "front_int.h"
 
-struct sbx_front_state sbx_front_state = {.spare_fd = -1, .ctl = {-1, -1}, .handoff = {-1, -1}};
+struct sbx_front_state sbx_front_state = {
+	.spare_fd = -1, .ctl = {-1, -1}, .handoff = {-1, -1}, .kick_fd = -1};
 
 /* ---- the guard's hooks ---- */
 
@@ -135,15 +136,17 @@ void front_guard_counts(conn *c)
 static void on_handoff(h2o_socket_t *sock, const char *err)
 {
 	sbx_srv *S = F.S;
-	int fds[64];
+	front_handoff h[64];
 	ssize_t n;
 	(void)sock;
 	(void)err;
 
-	while ((n = read(F.handoff[0], fds, sizeof(fds))) > 0)
-		for (ssize_t i = 0; i < n / (ssize_t)sizeof(int); i++)
-			h2o_accept(&S->accept_ctx,
-				   h2o_evloop_socket_create(S->ctx.loop, fds[i], 0));
+	while ((n = read(F.handoff[0], h, sizeof(h))) > 0)
+		for (ssize_t i = 0; i < n / (ssize_t)sizeof(h[0]); i++) {
+			h2o_socket_t *s = h2o_evloop_socket_create(S->ctx.loop, h[i].fd, 0);
+			front_direct_register(s, h[i].fd, h[i].link);
+			h2o_accept(&S->accept_ctx, s);
+		}
 }
 
 /* Front loop: the main thread asks to stop accepting (drain). */
@@ -179,6 +182,8 @@ static void *front_main(void *arg)
 	F.pause_entry.cb = front_on_pause_over;
 	F.ctl_sock = h2o_evloop_socket_create(F.loop, F.ctl[0], H2O_SOCKET_FLAG_DONT_READ);
 	h2o_socket_read_start(F.ctl_sock, on_ctl);
+	F.kick_sock = h2o_evloop_socket_create(F.loop, F.kick_fd, H2O_SOCKET_FLAG_DONT_READ);
+	h2o_socket_read_start(F.kick_sock, front_on_kick);
 	F.listener = h2o_evloop_socket_create(F.loop, F.listen_fd, H2O_SOCKET_FLAG_DONT_READ);
 	h2o_socket_read_start(F.listener, sbx_front_on_accept);
 	for (;;)
@@ -207,7 +212,7 @@ int sbx_front_start(sbx_srv *S, int listen_fd, void *ssl_ctx, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open /dev/null: %s",
 				   strerror(errno));
 	if (pipe2(F.ctl, O_CLOEXEC | O_NONBLOCK) != 0 ||
-	    pipe2(F.handoff, O_CLOEXEC | O_NONBLOCK) != 0)
+	    pipe2(F.handoff, O_CLOEXEC | O_NONBLOCK) != 0 || front_direct_init() != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
 	F.handoff_sock =
 		h2o_evloop_socket_create(S->ctx.loop, F.handoff[0], H2O_SOCKET_FLAG_DONT_READ);
@@ -253,7 +258,15 @@ void sbx_front_metrics(FILE *f)
 	fprintf(f, "sbxd_connections_open %u\n", LOAD(F.n_conns));
 	fprintf(f, "# HELP sbxd_request_body_held_bytes Request body bytes h2o holds now.\n"
 		   "# TYPE sbxd_request_body_held_bytes gauge\n");
-	fprintf(f, "sbxd_request_body_held_bytes %lu\n", (unsigned long)LOAD(F.held_pub));
+	fprintf(f, "sbxd_request_body_held_bytes %lu\n", (unsigned long)LOAD(F.held_total));
+	fprintf(f,
+		"# HELP sbxd_front_out_bytes_total h2o's bytes to clients, by path: sent from the "
+		"loop thread (direct) or across the socketpair and the front's thread.\n"
+		"# TYPE sbxd_front_out_bytes_total counter\n");
+	fprintf(f, "sbxd_front_out_bytes_total{path=\"direct\"} %lu\n",
+		(unsigned long)LOAD(F.out_direct));
+	fprintf(f, "sbxd_front_out_bytes_total{path=\"socketpair\"} %lu\n",
+		(unsigned long)LOAD(F.out_socketpair));
 }
 
 void sbx_front_counts(uint64_t *answered, uint64_t *n401)

@@ -39,16 +39,19 @@ static bool evict(const struct sockaddr_storage *addr)
 	for (conn *c = F.conns; c; c = c->next) {
 		if (c->closing || (addr && !same_addr(&c->addr, addr)))
 			continue;
-		if (c->mode == M_H2 && sbx_h2g_open_streams(c->g) > 0)
-			continue;
-		if (c->mode == M_H1 && c->h1_head_done)
+		front_link *l = front_enter(c); /* h2o's output closes streams */
+		bool busy = c->mode == M_H2 && sbx_h2g_open_streams(c->g) > 0;
+		front_leave(l);
+		if (busy || (c->mode == M_H1 && c->h1_head_done))
 			continue;
 		if (!victim || c->last_ms < victim->last_ms)
 			victim = c;
 	}
 	if (!victim)
 		return false;
+	front_link *l = front_enter(victim);
 	front_timed_out(victim, 0, SBX_H2G_R_EVICTED);
+	front_leave(l);
 	return true;
 }
 
@@ -102,7 +105,9 @@ static void on_handshake(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
 	if (err) {
+		front_link *l = front_enter(c);
 		front_close_all(c);
+		front_leave(l);
 		return;
 	}
 	h2o_socket_read_start(c->client, front_on_client_read);
@@ -155,20 +160,27 @@ static void serve(int fd, const struct sockaddr_storage *ss)
 	c->client->data = c;
 	c->inner = h2o_evloop_socket_create(F.loop, sp[0], 0);
 	c->inner->data = c;
+	/* plain text: h2o's writes may go to the client from the loop thread */
+	if (!F.ssl_ctx)
+		c->link = front_link_new(c);
 	/* h2o's end, to the main loop: a plaintext connection it serves like
-	 * any other (a write of 4 bytes to a pipe is atomic). */
-	if (write(F.handoff[1], &sp[1], sizeof(sp[1])) != (ssize_t)sizeof(sp[1])) {
+	 * any other (a write of a handoff, 16 bytes, to a pipe is atomic). */
+	front_handoff h = {.fd = sp[1], .link = c->link};
+	if (write(F.handoff[1], &h, sizeof(h)) != (ssize_t)sizeof(h)) {
 		close(sp[1]);
 		BUMP(F.refused_fd);
+		front_link_release(c->link); /* the loop's, never sent */
 		front_close_all(c);
 		return;
 	}
+	front_link *l = front_enter(c);
 	h2o_socket_read_start(c->inner, front_on_inner_read);
 	h2o_timeout_link(F.loop, &F.hdr_timeout, &c->hdr_entry);
 	if (F.ssl_ctx)
 		h2o_socket_ssl_handshake(c->client, F.ssl_ctx, NULL, on_handshake);
 	else
 		h2o_socket_read_start(c->client, front_on_client_read);
+	front_leave(l);
 }
 
 void sbx_front_on_accept(h2o_socket_t *listener, const char *err)

@@ -16,9 +16,9 @@ static void conn_free(conn *c)
 	if (h2o_timeout_is_linked(&c->close_entry))
 		h2o_timeout_unlink(&c->close_entry);
 	sbx_h2g_free(c->g);
+	front_link_drop(c);
 	F.n_lingering -= c->lingering;
-	F.held_total -= c->h1_reserved;
-	__atomic_store_n(&F.held_pub, F.held_total, __ATOMIC_RELAXED);
+	ADD(F.held_total, -c->h1_reserved);
 	sbx_h2g_buf_free(&c->h1_up);
 	sbx_h2g_buf_free(&c->h1_down);
 	sbx_h2g_buf_free(&c->h1_hold);
@@ -60,15 +60,13 @@ void front_close_all(conn *c)
 static void on_linger_read(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
+	front_link *l = front_enter(c);
 	c->lingered += sock->input->size;
-	if (err || c->lingered > LINGER_MAX) {
+	if (err || c->lingered > LINGER_MAX)
 		front_close_all(c);
-		return;
-	}
-	if (sock->input->bytes) {
-		sock->input->bytes = sock->input->_buf;
-		sock->input->size = 0;
-	}
+	else
+		front_taken(sock);
+	front_leave(l);
 }
 
 void front_linger(conn *c)
@@ -101,7 +99,9 @@ void front_arm_close(conn *c)
 void front_on_close_timeout(h2o_timeout_entry_t *e)
 {
 	conn *c = H2O_STRUCT_FROM_MEMBER(conn, close_entry, e);
+	front_link *l = front_enter(c);
 	front_close_all(c);
+	front_leave(l);
 }
 
 /* The connection ends: h2o's side at once (h2o frees everything), the
@@ -152,7 +152,6 @@ void front_update_timers(conn *c)
 	h2o_loop_t *loop = F.loop;
 	bool hdr, idle;
 
-	__atomic_store_n(&F.held_pub, F.held_total, __ATOMIC_RELAXED);
 	if (c->closing)
 		return;
 	if (c->mode == M_H2) {
@@ -185,13 +184,21 @@ void front_timed_out(conn *c, uint32_t code, sbx_h2g_reason why)
 	}
 }
 
+/* A timer's connection, under its lock (front_direct.c). */
+static void timed_out_locked(conn *c, uint32_t code, sbx_h2g_reason why)
+{
+	front_link *l = front_enter(c);
+	front_timed_out(c, code, why);
+	front_leave(l);
+}
+
 void front_on_hdr_timeout(h2o_timeout_entry_t *e)
 {
-	front_timed_out(H2O_STRUCT_FROM_MEMBER(conn, hdr_entry, e), SBX_H2G_CALM,
-			SBX_H2G_R_HEADER_TIMEOUT);
+	timed_out_locked(H2O_STRUCT_FROM_MEMBER(conn, hdr_entry, e), SBX_H2G_CALM,
+			 SBX_H2G_R_HEADER_TIMEOUT);
 }
 
 void front_on_idle_timeout(h2o_timeout_entry_t *e)
 {
-	front_timed_out(H2O_STRUCT_FROM_MEMBER(conn, idle_entry, e), 0, SBX_H2G_R_IDLE_TIMEOUT);
+	timed_out_locked(H2O_STRUCT_FROM_MEMBER(conn, idle_entry, e), 0, SBX_H2G_R_IDLE_TIMEOUT);
 }

@@ -74,9 +74,9 @@ static int h1_charge(conn *c, size_t n)
 	if (c->h1_relayed <= c->h1_reserved)
 		return 0;
 	uint64_t add = c->h1_relayed - c->h1_reserved;
-	if (c->h1_relayed > l->body_conn + H1_HEAD_MAX || F.held_total + add > l->body_total)
+	if (c->h1_relayed > l->body_conn + H1_HEAD_MAX || LOAD(F.held_total) + add > l->body_total)
 		return -1;
-	F.held_total += add;
+	ADD(F.held_total, add);
 	c->h1_reserved = c->h1_relayed;
 	return 0;
 }
@@ -84,7 +84,7 @@ static int h1_charge(conn *c, size_t n)
 /* h2o answered: what it held is consumed or refused. */
 void front_h1_release(conn *c)
 {
-	F.held_total -= c->h1_reserved;
+	ADD(F.held_total, -c->h1_reserved);
 	c->h1_reserved = c->h1_relayed = 0;
 }
 
@@ -142,12 +142,12 @@ int front_h1_from_client(conn *c, const uint8_t *d, size_t n)
 		const sbx_h2g_limits *l = &sbx_front_o.lim;
 		if (cl <= l->max_body) {
 			body = cl;
-			if (F.held_total + cl > l->body_total || cl > l->body_conn) {
+			if (LOAD(F.held_total) + cl > l->body_total || cl > l->body_conn) {
 				h1_answer_503(c);
 				return 1;
 			}
 			c->h1_reserved = cl;
-			F.held_total += cl;
+			ADD(F.held_total, cl);
 		}
 	}
 	v = h1_header(h, end, "upgrade", &vl);

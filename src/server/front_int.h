@@ -3,6 +3,7 @@
  * the thread and metrics; front_accept.c: accepting and connection
  * budgets; front_conn.c: a connection's lifetime and timers;
  * front_relay.c: moving bytes between the client, the guard and h2o;
+ * front_direct.c: h2o's writes to the client on sbxd's loop thread;
  * front_h1.c: HTTP/1.1); not for the rest of sbxd.
  */
 #ifndef SBX_FRONT_INT_H
@@ -23,6 +24,8 @@ enum { M_DETECT, M_H2, M_H1 };
 /* HTTP/1.1: reading the first head; waiting for h2o's answer to an
  * Upgrade: h2c; a pipe. */
 enum { H1_HEAD, H1_UPGRADE, H1_PIPE };
+
+typedef struct front_link front_link;
 
 typedef struct conn {
 	struct conn *prev, *next;
@@ -46,7 +49,19 @@ typedef struct conn {
 	uint64_t seen401, seen503;
 	const char *why_kind, *why_msg; /* the answer the check hook chose */
 	h2o_timeout_entry_t hdr_entry, idle_entry, close_entry;
+	/* Plain text: h2o's writes may go to the client from sbxd's loop
+	 * thread (front_direct.c).  The link's lock guards this connection
+	 * against that thread; NULL on TLS listeners. */
+	front_link *link;
+	uint64_t inner_sent, inner_read; /* h2o's bytes through the socketpair */
+	int direct_rv;			 /* the guard's verdict on a direct write */
 } conn;
+
+/* What the front's thread hands the loop thread for a new connection. */
+typedef struct front_handoff {
+	int fd; /* h2o's end of the socketpair */
+	front_link *link;
+} front_handoff;
 
 /* The front's state: one, owned by its thread but for the counters. */
 struct sbx_front_state {
@@ -62,12 +77,17 @@ struct sbx_front_state {
 	sbx_fb *fb;			  /* reset budgets per tenant/source, across connections */
 	uint32_t n_lingering, linger_max; /* connections lingering (below) */
 	int spare_fd;
-	uint64_t held_total;
+	uint64_t held_total; /* atomic: guards on both threads change it */
 	h2o_timeout_t hdr_timeout, idle_timeout, close_timeout, pause_timeout;
 	h2o_timeout_entry_t pause_entry;
+	/* links with work the loop thread handed back (front_direct.c) */
+	pthread_mutex_t kick_mu;
+	front_link *kicked;
+	int kick_fd;
+	h2o_socket_t *kick_sock;
 	/* metrics: written by the front's thread (BUMP), read by the main one */
 	uint64_t accepted, goaway[SBX_H2G_R_COUNT], refused_total, refused_addr, refused_fd,
-		rejected401, rejected503, held_pub;
+		rejected401, rejected503, out_direct, out_socketpair;
 	uint32_t n_conns;
 };
 extern struct sbx_front_state sbx_front_state;
@@ -96,6 +116,8 @@ void front_on_hdr_timeout(h2o_timeout_entry_t *e);
 void front_on_idle_timeout(h2o_timeout_entry_t *e);
 void front_on_close_timeout(h2o_timeout_entry_t *e);
 /* front_relay.c */
+bool front_can_write_direct(const conn *c);
+int front_from_h2o(conn *c, const uint8_t *p, size_t n);
 void front_flush(conn *c);
 void front_taken(h2o_socket_t *sock);
 void front_on_client_read(h2o_socket_t *sock, const char *err);
@@ -104,6 +126,22 @@ void front_on_inner_read(h2o_socket_t *sock, const char *err);
 int front_h1_from_client(conn *c, const uint8_t *d, size_t n);
 void front_h1_release(conn *c);
 int front_h1_upgrade_answer(conn *c);
+/* front_direct.c */
+/* A link for c (refs: c's and the loop thread's); NULL when out of
+ * memory: c's output then always crosses the socketpair. */
+front_link *front_link_new(conn *c);
+/* Every front-thread callback of a connection runs between these: they
+ * hold the link (it outlives the conn while locked) and its lock. */
+front_link *front_enter(conn *c);
+void front_leave(front_link *l);
+/* conn_free: the front lets go of the link (inside front_enter). */
+void front_link_drop(conn *c);
+void front_link_release(front_link *l);
+/* Loop thread: h2o's end fd of a new connection, with the link the front
+ * thread made for it (NULL: none). */
+void front_direct_register(h2o_socket_t *sock, int fd, front_link *l);
+int front_direct_init(void);
+void front_on_kick(h2o_socket_t *sock, const char *err);
 /* front_accept.c */
 void front_on_pause_over(h2o_timeout_entry_t *e);
 

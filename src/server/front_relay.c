@@ -11,17 +11,19 @@
 static void on_client_write(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
+	front_link *l = front_enter(c);
 	c->cw.off = c->cw.len = 0;
-	if (err) {
+	if (err)
 		front_close_all(c);
-		return;
-	}
-	front_flush(c);
+	else
+		front_flush(c);
+	front_leave(l);
 }
 
 static void on_inner_write(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
+	front_link *l = front_enter(c);
 	c->iw.off = c->iw.len = 0;
 	if (err) {
 		/* h2o stopped reading (an early answer, e.g. 413, then its
@@ -30,6 +32,7 @@ static void on_inner_write(h2o_socket_t *sock, const char *err)
 		front_arm_close(c);
 	}
 	front_flush(c);
+	front_leave(l);
 }
 
 /* Plain text: write p (n bytes) to the client's socket as far as it
@@ -134,7 +137,7 @@ void front_taken(h2o_socket_t *sock)
 	}
 }
 
-void front_on_client_read(h2o_socket_t *sock, const char *err)
+static void client_read(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
 	const uint8_t *d = (const uint8_t *)sock->input->bytes;
@@ -182,19 +185,26 @@ void front_on_client_read(h2o_socket_t *sock, const char *err)
 	front_flush(c);
 }
 
+void front_on_client_read(h2o_socket_t *sock, const char *err)
+{
+	front_link *l = front_enter(sock->data);
+	client_read(sock, err);
+	front_leave(l);
+}
+
 /* h2o's bytes may go from the read buffer straight to the client's
  * socket: plain text (TLS copies anyway, into its records), HTTP/2, and
  * nothing of ours being written to it (that would go first). */
-static bool can_write_direct(const conn *c)
+bool front_can_write_direct(const conn *c)
 {
 	return !F.ssl_ctx && c->client && c->g && !c->closing && c->cw.len == 0;
 }
 
 /* h2o's bytes through the guard toward the client. */
-static int from_h2o(conn *c, const uint8_t *p, size_t n)
+int front_from_h2o(conn *c, const uint8_t *p, size_t n)
 {
 	uint64_t now = sbx_srv_now_ms();
-	if (!can_write_direct(c))
+	if (!front_can_write_direct(c))
 		return sbx_h2g_from_server(c->g, p, n, now);
 	size_t off = 0, len = 0;
 	int rv = sbx_h2g_from_server_span(c->g, p, n, now, &off, &len);
@@ -202,15 +212,17 @@ static int from_h2o(conn *c, const uint8_t *p, size_t n)
 	return rv;
 }
 
-void front_on_inner_read(h2o_socket_t *sock, const char *err)
+static void inner_read(h2o_socket_t *sock, const char *err)
 {
 	conn *c = sock->data;
 
+	c->inner_read += sock->input->size;
+	ADD(F.out_socketpair, sock->input->size);
 	/* h2o's last bytes may come with its close: relay them first */
 	if (sock->input->size > 0) {
 		if (c->g) {
-			int rv =
-				from_h2o(c, (const uint8_t *)sock->input->bytes, sock->input->size);
+			int rv = front_from_h2o(c, (const uint8_t *)sock->input->bytes,
+						sock->input->size);
 			front_taken(sock);
 			if (rv != SBX_H2G_OK) {
 				front_guard_closed(c);
@@ -243,4 +255,11 @@ void front_on_inner_read(h2o_socket_t *sock, const char *err)
 	}
 	front_update_timers(c);
 	front_flush(c);
+}
+
+void front_on_inner_read(h2o_socket_t *sock, const char *err)
+{
+	front_link *l = front_enter(sock->data);
+	inner_read(sock, err);
+	front_leave(l);
 }

@@ -53,11 +53,24 @@ static stream *find_stream(sbx_h2g *g, uint32_t id)
 	return NULL;
 }
 
+/* The server-wide count of held body bytes: other connections' guards
+ * change it from other threads (a stream's release comes with h2o's
+ * output, on sbxd's loop thread; see front_direct.c). */
+static uint64_t held_total(const sbx_h2g *g)
+{
+	return g->lim.held_total ? __atomic_load_n(g->lim.held_total, __ATOMIC_RELAXED) : 0;
+}
+
+static void held_add(sbx_h2g *g, uint64_t n)
+{
+	__atomic_fetch_add(g->lim.held_total, n, __ATOMIC_RELAXED);
+}
+
 static void release(sbx_h2g *g, stream *s)
 {
 	g->held -= s->held;
 	if (g->lim.held_total)
-		*g->lim.held_total -= s->held;
+		held_add(g, -s->held);
 	s->held = 0;
 }
 
@@ -217,7 +230,7 @@ static int block_done(sbx_h2g *g)
 		    (uint64_t)r.content_length <= g->lim.max_body &&
 		    (g->held + (uint64_t)r.content_length > g->lim.body_conn ||
 		     (g->lim.held_total &&
-		      *g->lim.held_total + (uint64_t)r.content_length > g->lim.body_total)))
+		      held_total(g) + (uint64_t)r.content_length > g->lim.body_total)))
 			status = 503;
 	}
 	if (status != 0) {
@@ -326,7 +339,7 @@ static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, ui
 		return SBX_H2G_OK;
 	}
 	if (!s->server_closed) {
-		uint64_t total = g->lim.held_total ? *g->lim.held_total : 0;
+		uint64_t total = held_total(g);
 		if (g->held + len > g->lim.body_conn ||
 		    (g->lim.held_total && total + len > g->lim.body_total)) {
 			bool client_done = flags & FL_END_STREAM;
@@ -342,7 +355,7 @@ static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, ui
 		s->held += len;
 		g->held += len;
 		if (g->lim.held_total)
-			*g->lim.held_total += len;
+			held_add(g, len);
 	}
 	sbx_h2g_buf_put(&g->to_h2o, f, 9 + (size_t)len);
 	if (flags & FL_END_STREAM) {

@@ -497,8 +497,10 @@ int main(int argc, char **argv)
 	h2o_config_init(&S.config);
 	S.config.max_request_entity_size = S.max_body;
 	/* The front closes idle connections (and counts it); h2o's own idle
-	 * timeout, the same, still bounds a stream the client leaves hanging. */
-	S.config.http2.idle_timeout = (uint64_t)sbx_front_o.idle_timeout_s * 1000;
+	 * timeout still bounds a stream the client leaves hanging (a body
+	 * that never ends).  2 s later than the front's: both start when the
+	 * last stream ends, and an idle connection is the front's to close. */
+	S.config.http2.idle_timeout = ((uint64_t)sbx_front_o.idle_timeout_s + 2) * 1000;
 	h2o_hostconf_t *host =
 		h2o_config_register_host(&S.config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
 	h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);

@@ -39,6 +39,29 @@ function M.have(prog)
   return sh("command -v " .. prog .. " >/dev/null 2>&1 && echo yes"):match("yes") ~= nil
 end
 
+-- The Python probes in tests/server/ (Debian's python3-h2, hyperframe).
+M.PY = "/usr/bin/python3"
+function M.have_python_h2()
+  return sh(M.PY .. " -c 'import h2, hyperframe; print(1)' 2>/dev/null"):match("1") ~= nil
+end
+
+-- Runs tests/server/SCRIPT with args (nil ends them) and returns its line
+-- of flat JSON (strings, numbers, booleans, null) as a table; .raw: all
+-- it printed.
+function M.probe(script, ...)
+  local args = {}
+  for _, a in ipairs({ ... }) do args[#args + 1] = q(a) end
+  local out = sh(("%s %s/tests/server/%s %s 2>&1"):format(M.PY, M.ROOT, script, table.concat(args, " ")))
+  local r = { raw = out }
+  for k, v in out:gmatch('"([%w_]+)": ([^,}]+)') do
+    if v == "null" then r[k] = nil
+    elseif v == "true" or v == "false" then r[k] = v == "true"
+    elseif v:match('^"') then r[k] = v:sub(2, -2)
+    else r[k] = tonumber(v) end
+  end
+  return r
+end
+
 local Srv = {}
 Srv.__index = Srv
 

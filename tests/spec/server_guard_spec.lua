@@ -11,25 +11,13 @@ local here = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local T = dofile(here .. "helpers.lua")
 local H = dofile(T.ROOT .. "/tests/server/harness.lua")
 
-local PY = "/usr/bin/python3"
-local PROBE = T.ROOT .. "/tests/server/guard_probe.py"
-local have_h2 = H.sh(PY .. " -c 'import h2, hyperframe; print(1)' 2>/dev/null"):match("1") ~= nil
-local runnable = H.available() and T.has_core() and H.have("curl") and have_h2
+local PY = H.PY
+local runnable = H.available() and T.has_core() and H.have("curl") and H.have_python_h2()
 local describe_srv = runnable and describe
   or function(name) pending(name .. " (needs build/bin/sbxd, sbx.core, curl, python3-h2)") end
 
--- The probe's JSON line as a table (flat: strings, numbers, booleans, null).
 local function probe(url, token, scenario, arg)
-  local out = H.sh(("%s %s %s %s %s %s 2>&1"):format(PY, PROBE, H.q(url), H.q(token), scenario,
-    arg and H.q(arg) or ""))
-  local r = { raw = out }
-  for k, v in out:gmatch('"([%w_]+)": ([^,}]+)') do
-    if v == "null" then r[k] = nil
-    elseif v == "true" or v == "false" then r[k] = v == "true"
-    elseif v:match('^"') then r[k] = v:sub(2, -2)
-    else r[k] = tonumber(v) end
-  end
-  return r
+  return H.probe("guard_probe.py", url, token, scenario, arg)
 end
 
 local function metric(srv, name)
