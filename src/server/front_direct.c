@@ -9,15 +9,16 @@
  * defines writev: the dynamic linker binds libh2o's calls to the
  * executable's definition first.  On the loop thread, for h2o's end of a
  * front socketpair (registered at the handoff, unregistered by the h2o
- * socket's on_close), it takes the connection's lock and, when nothing of
- * h2o's is queued anywhere (the socketpair read to its end, the client
- * buffers empty), has the guard parse the bytes and sends them; what the
- * client's socket does not take waits in the client buffer and the
- * front's thread is kicked to finish it.  Otherwise the bytes cross the
- * socketpair as before: order holds, and a client that does not read
- * still pushes back on h2o (the front stops reading the socketpair past
- * CAP, and h2o's writev then waits).  Every other writev is the system
- * call.  Were the binding lost, output would cross the socketpair:
+ * socket's on_close), it takes the connection's lock if it is free and,
+ * when nothing of h2o's is queued anywhere (the socketpair read to its
+ * end, the client buffers empty), has the guard parse the bytes and sends
+ * them; what the client's socket does not take waits in the client buffer
+ * and the front's thread is kicked to finish it.  Otherwise the bytes
+ * cross the socketpair as before: order holds, and a client that does not
+ * read still pushes back on h2o (the front stops reading the socketpair
+ * past CAP, and h2o's writev then waits).  The loop thread never waits
+ * for the lock: a client whose flood the front is parsing must not stall
+ * the loop that serves everyone.  Every other writev is the system call.  Were the binding lost, output would cross the socketpair:
  * slower, never unguarded; /metrics counts the bytes of each path.
  *
  * The client's bytes are untouched: they reach h2o only through the
@@ -41,6 +42,7 @@ struct front_link {
 	uint32_t refs;	       /* atomic: the conn's, the loop's, each holder's */
 	bool kicked;	       /* on F.kicked (under mu) */
 	front_link *kick_next; /* under F.kick_mu */
+	uint64_t inner_sent;   /* h2o's bytes into the socketpair (the loop's) */
 };
 
 front_link *front_link_new(conn *c)
@@ -204,10 +206,10 @@ static bool queued(const sbx_h2g_buf *b)
 
 /* Nothing of h2o's is anywhere but at h2o: the socketpair was read to its
  * end and everything read was sent. */
-static bool direct_ok(const conn *c)
+static bool direct_ok(const front_link *l, const conn *c)
 {
 	return c->mode == M_H2 && front_can_write_direct(c) && c->direct_rv == SBX_H2G_OK &&
-	       !queued(sbx_h2g_to_client(c->g)) && c->inner_sent == c->inner_read;
+	       !queued(sbx_h2g_to_client(c->g)) && l->inner_sent == c->inner_read;
 }
 
 static ssize_t direct_write(conn *c, const struct iovec *iov, int cnt)
@@ -232,21 +234,18 @@ static ssize_t direct_write(conn *c, const struct iovec *iov, int cnt)
 
 static ssize_t link_writev(front_link *l, int fd, const struct iovec *iov, int cnt)
 {
-	pthread_mutex_lock(&l->mu);
-	conn *c = l->c;
-	ssize_t w;
-	int e;
-	if (c && direct_ok(c)) {
-		w = direct_write(c, iov, cnt);
-		e = errno;
-	} else {
-		w = sys_writev(fd, iov, cnt);
-		e = errno;
-		if (c && w > 0)
-			c->inner_sent += (uint64_t)w;
+	if (pthread_mutex_trylock(&l->mu) == 0) {
+		conn *c = l->c;
+		if (c && direct_ok(l, c)) {
+			ssize_t w = direct_write(c, iov, cnt);
+			pthread_mutex_unlock(&l->mu);
+			return w;
+		}
+		pthread_mutex_unlock(&l->mu);
 	}
-	pthread_mutex_unlock(&l->mu);
-	errno = e;
+	ssize_t w = sys_writev(fd, iov, cnt);
+	if (w > 0)
+		l->inner_sent += (uint64_t)w;
 	return w;
 }
 

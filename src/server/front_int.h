@@ -53,8 +53,8 @@ typedef struct conn {
 	 * thread (front_direct.c).  The link's lock guards this connection
 	 * against that thread; NULL on TLS listeners. */
 	front_link *link;
-	uint64_t inner_sent, inner_read; /* h2o's bytes through the socketpair */
-	int direct_rv;			 /* the guard's verdict on a direct write */
+	uint64_t inner_read; /* h2o's bytes read from the socketpair */
+	int direct_rv;	     /* the guard's verdict on a direct write */
 } conn;
 
 /* What the front's thread hands the loop thread for a new connection. */
