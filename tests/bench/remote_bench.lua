@@ -105,6 +105,8 @@ local ok, err = pcall(function()
         tonumber(rate), target, secs2))
     else
       print(("h2load: not measured (%s 2xx, %s runs ended with exit, of %d)"):format(ok2xx, ended, target))
+      print(out:match("requests: [^\n]*"), out:match("status codes: [^\n]*"))
+      print(srv:log():match("[^\n]*level=warn[^\n]*") or "")
     end
     srv:curl("/v1/sessions/" .. id, "-X", "DELETE", "-H", srv:auth())
   end
