@@ -313,16 +313,22 @@ static void sort_offers(sbx_session *s, sbx_net mode)
 	}
 }
 
-/* A run of mode needs an offer: an offer set aside for a run of another
- * mode that took a given-back init instead asked for no next one (its
- * taking would have), and the zygote makes no more than it was asked for.
- * Ask now, in mode, once per such offer. */
+/* Ask, in mode, on behalf of the offer set aside for runs of m, if it
+ * has not asked yet: an offer set aside asks for no next one (its taking
+ * would), and the zygote makes no more than it was asked for. */
+static void ask_for(sbx_session *s, int m, sbx_net mode)
+{
+	if (s->spare[m].sock >= 0 && s->spare[m].unasked && sbx_pool_send_want(s, mode) == 0)
+		s->spare[m].unasked = false;
+}
+
+/* A run of mode needs an offer: those set aside for runs of another mode
+ * that took a given-back init instead ask for it, once each. */
 static void ask_for_parked(sbx_session *s, sbx_net mode)
 {
 	for (int m = 0; m < SBX_NET_NMODES; m++)
-		if (m != (int)mode && s->spare[m].sock >= 0 && s->spare[m].unasked &&
-		    sbx_pool_send_want(s, mode) == 0)
-			s->spare[m].unasked = false;
+		if (m != (int)mode)
+			ask_for(s, m, mode);
 }
 
 /* A taken spare's old offers come placed like any other (memory ceiling):
@@ -407,8 +413,15 @@ int sbx_pool_take(sbx_session *s, sbx_net mode, int *sock, int *pidfd, sbx_run_c
 	 * have the zygote make a fresh init for every run, and none would
 	 * ever be reused.  A run of another mode asks for the offer's next
 	 * one instead (ask_for_parked). */
-	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc))
+	if (s->inbox[0] >= 0 && take_idle(s, mode, sock, pidfd, rc)) {
+		/* The offer this run's offer_fd set aside may be the one a run
+		 * waiting on the zygote's socket was woken for (sbxd waits on
+		 * its loop): that run would find the socket empty again and
+		 * sleep while the offer sat here.  The offer asks for its next
+		 * one now, once, so an offer comes for such a run. */
+		ask_for(s, mode, mode);
 		return 0;
+	}
 	if (s->spare[mode].sock < 0)
 		ask_for_parked(s, mode);
 	/* Every offer we take (used, set aside or dropped) asks for the

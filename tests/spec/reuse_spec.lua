@@ -255,6 +255,83 @@ describe("init reuse", function()
   end)
 end)
 
+-- sbxd's shape: runs wait for a warm run on the loop (warm_fd), and a run
+-- that came later may set aside the offer a waiting run was woken for,
+-- then take a given-back init instead.  The waiting run must not sleep on
+-- an empty socket with that offer set aside (under 32 concurrent runs,
+-- h2load saw 20-28 of 3,000 runs fail after 10 s: "no warm run came").
+describe("a run waiting for a warm run", function()
+  it("is woken again when a later run sets its offer aside and takes a given-back init", function()
+    local s = H.session()
+    finally(function() s:close() end)
+    local ffi = require "ffi"
+    pcall(ffi.cdef, "struct reuse_pollfd { int fd; short events; short revents; };"
+      .. "int poll(struct reuse_pollfd *fds, unsigned long n, int timeout);")
+    local function readable(fd, ms)
+      local p = ffi.new("struct reuse_pollfd[1]")
+      p[0].fd, p[0].events = fd, 1
+      return ffi.C.poll(p, 1, ms) == 1
+    end
+    -- a core run's stdout: its first line, or all of it until it ends
+    local function out(r, first_line)
+      local t = ""
+      repeat
+        local ev, data = r:next(10000)
+        if ev == "stdout" then t = t .. data end
+      until ev ~= "stdout" or (first_line and t:find("\n"))
+      return t
+    end
+    local function start(cmd)
+      local r = assert(s:start_run(s:admit_run({ "sh", "-c", PIDNS .. "; " .. cmd }, {})))
+      return r, (out(r, true):match("^(pid:%[%d+%])\n"))
+    end
+    local function stop(r)
+      r:kill(9)
+      out(r)
+      r:close()
+    end
+    assert(H.wait_for(10, function() return #H.zygotes() == 1 end), "expected the session's zygote alone")
+    local z = H.zygotes()[1]
+    -- p0 takes the zygote's first offer; the next is set aside (warm_fd)
+    local p0, ns0 = start("while [ ! -e go0 ]; do sleep 0.01; done")
+    local o = s:admit_run({ "true" }, {})
+    assert(H.wait_for(10, function() return s:warm_fd(o) == nil end), "no second offer came")
+    -- p1 takes it, the zygote stopped: its want is not answered yet
+    H.sh("kill -STOP " .. z)
+    local cont = false
+    finally(function() if not cont then H.sh("kill -CONT " .. z) end end)
+    local p1 = start("exec sleep 60")
+    -- p0 ends (a killed run's init is not reused), its init comes back
+    -- and gets ready: a take prefers it
+    s:put_bytes("go0", "")
+    out(p0)
+    p0:close()
+    settle(ns0)
+    -- W: nothing to take, so it waits on the fd warm_fd gives
+    local ow = s:admit_run({ "sh", "-c", PIDNS }, {})
+    local fd = s:warm_fd(ow)
+    assert.is_truthy(fd, "W had something to take: the case needs it to wait")
+    assert.is_false(readable(fd, 0))
+    H.sh("kill -CONT " .. z)
+    cont = true
+    assert.is_true(readable(fd, 10000), "the zygote's offer never came (control)")
+    -- N, later: its warm_fd sets that offer aside, its run takes p0's init
+    local on = s:admit_run({ "sh", "-c", PIDNS }, {})
+    assert.is_nil(s:warm_fd(on))
+    assert.is_false(readable(fd, 0)) -- the offer was set aside
+    local pn = assert(s:start_run(on))
+    assert.are.equal(ns0 .. "\n", out(pn))
+    pn:close()
+    -- W's fd turns readable again, and W's run starts
+    assert.is_true(readable(fd, 10000), "W sleeps on an empty socket, the offer set aside")
+    assert.is_nil(s:warm_fd(ow))
+    local pw = assert(s:start_run(ow))
+    assert.is_truthy(out(pw):match("^pid:%[%d+%]\n$"))
+    pw:close()
+    stop(p1)
+  end)
+end)
+
 -- The same reuse for a session of sbxd's, which waits for a warm run on
 -- its loop (sbx_session_offer_fd) and so always has the zygote's next
 -- offer set aside when its run is taken: that offer went first, and every

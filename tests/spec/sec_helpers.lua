@@ -372,6 +372,18 @@ function M.host_pids()
   return pids
 end
 
+-- Host pids of this process's sbx-zygote children (spares and sessions).
+function M.zygotes()
+  local me, t = M.getpid(), {}
+  for _, pid in ipairs(M.host_pids()) do
+    local st = M.read_file("/proc/" .. pid .. "/status") or ""
+    if st:match("^Name:%s*sbx%-zygote\n") and tonumber(st:match("\nPPid:%s*(%d+)")) == me then
+      t[#t + 1] = pid
+    end
+  end
+  return t
+end
+
 -- The command line of a host process, arguments joined by spaces.
 function M.cmdline(pid)
   local c = M.read_file("/proc/" .. pid .. "/cmdline")

@@ -36,17 +36,7 @@ local function probe(s)
   return r.stdout
 end
 
--- Host pids of this process's sbx-zygote children (spares and sessions).
-local function zygotes()
-  local me, t = H.getpid(), {}
-  for _, pid in ipairs(H.host_pids()) do
-    local st = H.read_file("/proc/" .. pid .. "/status") or ""
-    if st:match("^Name:%s*sbx%-zygote\n") and tonumber(st:match("\nPPid:%s*(%d+)")) == me then
-      t[#t + 1] = pid
-    end
-  end
-  return t
-end
+local zygotes = H.zygotes
 
 describe("spare sessions", function()
   after_each(function() core.spares_flush() end)
