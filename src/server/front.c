@@ -212,8 +212,10 @@ int sbx_front_start(sbx_srv *S, int listen_fd, void *ssl_ctx, sbx_err *err)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "open /dev/null: %s",
 				   strerror(errno));
 	if (pipe2(F.ctl, O_CLOEXEC | O_NONBLOCK) != 0 ||
-	    pipe2(F.handoff, O_CLOEXEC | O_NONBLOCK) != 0 || front_direct_init() != 0)
+	    pipe2(F.handoff, O_CLOEXEC | O_NONBLOCK) != 0)
 		return sbx_err_set(err, SBX_E_EXECUTION, errno, "pipe: %s", strerror(errno));
+	if (front_direct_init() != 0)
+		return sbx_err_set(err, SBX_E_EXECUTION, errno, "eventfd: %s", strerror(errno));
 	F.handoff_sock =
 		h2o_evloop_socket_create(S->ctx.loop, F.handoff[0], H2O_SOCKET_FLAG_DONT_READ);
 	h2o_socket_read_start(F.handoff_sock, on_handoff);

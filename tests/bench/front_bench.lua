@@ -142,10 +142,17 @@ local ok, err = pcall(function()
   end
   -- the table
   local b, a = side[1], side[2]
+  -- budget: "-", or ">= x" / "<= x" on the ratio, with its verdict
   local function row(label, fmt, vb, va, budget)
     local ratio = va / vb
-    print(("%-34s %12s %12s   after/before %.2f (budget %s)"):format(label, fmt:format(vb), fmt:format(va),
-      ratio, budget))
+    local op, lim = budget:match("^([<>]=) ([%d.]+)$")
+    local v = ""
+    if op then
+      local ok = (op == ">=" and ratio >= tonumber(lim)) or (op == "<=" and ratio <= tonumber(lim))
+      v = ok and ": PASS" or ": MISS"
+    end
+    print(("%-34s %12s %12s   after/before %.2f (budget %s%s)"):format(label, fmt:format(vb), fmt:format(va),
+      ratio, budget, v))
   end
   print(("%-34s %12s %12s"):format("", "before", "after"))
   row(("stream %g GiB, median of %d (MB/s)"):format(args.gib, args.k), "%.0f", median(b.mbs), median(a.mbs), ">= 0.95")
