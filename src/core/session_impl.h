@@ -66,7 +66,7 @@ struct sbx_session {
 	 * waited: kept for the next run of its mode (sock -1: none).
 	 * unasked: set aside for a run of its own mode (sort_offers), which
 	 * took a given-back init instead, so nothing has asked the zygote
-	 * for the next offer yet (ask_for_parked). */
+	 * for the next offer yet (ask_for, ask_for_parked). */
 	struct {
 		int sock, pidfd;
 		sbx_run_cgroup rc; /* with a memory ceiling: where it was placed */

@@ -199,17 +199,12 @@ static ssize_t sys_writev(int fd, const struct iovec *iov, int cnt)
 	return (ssize_t)syscall(SYS_writev, fd, iov, cnt);
 }
 
-static bool queued(const sbx_h2g_buf *b)
-{
-	return b->len > b->off;
-}
-
 /* Nothing of h2o's is anywhere but at h2o: the socketpair was read to its
  * end and everything read was sent. */
 static bool direct_ok(const front_link *l, const conn *c)
 {
 	return c->mode == M_H2 && front_can_write_direct(c) && c->direct_rv == SBX_H2G_OK &&
-	       !queued(sbx_h2g_to_client(c->g)) && l->inner_sent == c->inner_read;
+	       !front_queued(sbx_h2g_to_client(c->g)) && l->inner_sent == c->inner_read;
 }
 
 static ssize_t direct_write(conn *c, const struct iovec *iov, int cnt)
@@ -226,7 +221,7 @@ static ssize_t direct_write(conn *c, const struct iovec *iov, int cnt)
 	c->direct_rv = rv;
 	/* the front's part: the rest of what the client did not take, the
 	 * guard's close, the idle timer once no stream is open */
-	if (rv != SBX_H2G_OK || queued(sbx_h2g_to_client(c->g)) ||
+	if (rv != SBX_H2G_OK || front_queued(sbx_h2g_to_client(c->g)) ||
 	    (sbx_h2g_open_streams(c->g) == 0) != idle)
 		kick(c->link);
 	return (ssize_t)total;

@@ -115,6 +115,12 @@ void front_timed_out(conn *c, uint32_t code, sbx_h2g_reason why);
 void front_on_hdr_timeout(h2o_timeout_entry_t *e);
 void front_on_idle_timeout(h2o_timeout_entry_t *e);
 void front_on_close_timeout(h2o_timeout_entry_t *e);
+/* Bytes wait in b. */
+static inline bool front_queued(const sbx_h2g_buf *b)
+{
+	return b->len > b->off;
+}
+
 /* front_relay.c */
 bool front_can_write_direct(const conn *c);
 int front_from_h2o(conn *c, const uint8_t *p, size_t n);

@@ -78,7 +78,7 @@ void front_flush(conn *c)
 
 	if (c->inner_wdead)
 		up->off = up->len = 0;
-	if (c->inner && !c->closing && !c->inner_wdead && c->iw.len == 0 && up->len > up->off) {
+	if (c->inner && !c->closing && !c->inner_wdead && c->iw.len == 0 && front_queued(up)) {
 		sbx_h2g_buf t = c->iw;
 		c->iw = *up;
 		*up = t;
@@ -86,19 +86,19 @@ void front_flush(conn *c)
 		h2o_socket_write(c->inner, &v, 1, on_inner_write);
 	}
 	bool hold = c->mode == M_H1 && c->h1_state == H1_UPGRADE;
-	if (c->client && !hold && c->cw.len == 0 && down->len > down->off) {
+	if (c->client && !hold && c->cw.len == 0 && front_queued(down)) {
 		/* plain text: as much as the socket takes now, without h2o */
 		if (!F.ssl_ctx)
 			sbx_h2g_buf_consume(
 				down, send_now(c, down->data + down->off, down->len - down->off));
 	}
-	if (c->client && !hold && c->cw.len == 0 && down->len > down->off) {
+	if (c->client && !hold && c->cw.len == 0 && front_queued(down)) {
 		sbx_h2g_buf t = c->cw;
 		c->cw = *down;
 		*down = t;
 		client_write_cw(c);
 	}
-	if (c->client && c->cw.len == 0 && down->len == down->off && (c->closing || !c->inner)) {
+	if (c->client && c->cw.len == 0 && !front_queued(down) && (c->closing || !c->inner)) {
 		front_linger(c); /* everything said */
 		return;
 	}

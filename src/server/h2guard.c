@@ -63,14 +63,14 @@ static uint64_t held_total(const sbx_h2g *g)
 
 static void held_add(sbx_h2g *g, uint64_t n)
 {
-	__atomic_fetch_add(g->lim.held_total, n, __ATOMIC_RELAXED);
+	if (g->lim.held_total)
+		__atomic_fetch_add(g->lim.held_total, n, __ATOMIC_RELAXED);
 }
 
 static void release(sbx_h2g *g, stream *s)
 {
 	g->held -= s->held;
-	if (g->lim.held_total)
-		held_add(g, -s->held);
+	held_add(g, -s->held);
 	s->held = 0;
 }
 
@@ -354,8 +354,7 @@ static int on_data(sbx_h2g *g, const uint8_t *f, uint32_t len, uint8_t flags, ui
 		}
 		s->held += len;
 		g->held += len;
-		if (g->lim.held_total)
-			held_add(g, len);
+		held_add(g, len);
 	}
 	sbx_h2g_buf_put(&g->to_h2o, f, 9 + (size_t)len);
 	if (flags & FL_END_STREAM) {
