@@ -264,14 +264,7 @@ describe("a run waiting for a warm run", function()
   it("is woken again when a later run sets its offer aside and takes a given-back init", function()
     local s = H.session()
     finally(function() s:close() end)
-    local ffi = require "ffi"
-    pcall(ffi.cdef, "struct reuse_pollfd { int fd; short events; short revents; };"
-      .. "int poll(struct reuse_pollfd *fds, unsigned long n, int timeout);")
-    local function readable(fd, ms)
-      local p = ffi.new("struct reuse_pollfd[1]")
-      p[0].fd, p[0].events = fd, 1
-      return ffi.C.poll(p, 1, ms) == 1
-    end
+    local readable = H.readable
     -- a core run's stdout: its first line, or all of it until it ends
     local function out(r, first_line)
       local t = ""

@@ -358,6 +358,17 @@ function M.group(path)
   return tonumber((M.sh("stat -c %g " .. M.q(path))))
 end
 
+-- Does fd turn readable within ms milliseconds?  (poll under a name of its
+-- own: another spec's declaration of poll, with its own struct, may come
+-- first in this LuaJIT.)
+pcall(ffi.cdef, "struct sbx_sec_pollfd { int fd; short events; short revents; };"
+  .. "int sbx_sec_poll(void *fds, unsigned long n, int timeout) __asm__(\"poll\");")
+function M.readable(fd, ms)
+  local p = ffi.new("struct sbx_sec_pollfd[1]")
+  p[0].fd, p[0].events = fd, 1
+  return ffi.C.sbx_sec_poll(p, 1, ms) == 1
+end
+
 -- ---- host processes and namespaces -----------------------------------------
 
 function M.host_pids()

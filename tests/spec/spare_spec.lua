@@ -144,13 +144,8 @@ describe("spare sessions", function()
     sbx.spares { n = 0, backend = "userns", memory_mb = 256 } -- no refill from here
     local o = s:admit_run({ "echo", "ran" }, {})
     local fd, asked = s:warm_fd(o), 0
-    local ffi = require "ffi"
-    pcall(ffi.cdef, "struct spare_pollfd { int fd; short events; short revents; };"
-      .. "int poll(struct spare_pollfd *fds, unsigned long n, int timeout);")
     while fd and asked < 100 do
-      local p = ffi.new("struct spare_pollfd[1]")
-      p[0].fd, p[0].events = fd, 1
-      ffi.C.poll(p, 1, 10000)
+      H.readable(fd, 10000)
       fd, asked = s:warm_fd(o), asked + 1
     end
     assert.is_nil(fd, "warm_fd never said a run could start")
